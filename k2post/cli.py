@@ -1,0 +1,105 @@
+"""The `k2post` command.
+
+    k2post model init --flavor tiny-qwen2 --out artifacts/models/tiny-qwen2
+    k2post model flavors
+    k2post config show configs/demo.yaml [key.path=value ...]
+    k2post demo configs/demo.yaml [key.path=value ...]
+
+Later issues add `sft`, `rl`, `synth`, `eval`, `envs` and `serve` as further subcommands
+(each one registers a parser in `_SUBCOMMANDS`). Config and input errors print one line
+and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from k2post.config.loader import ConfigError, dump_yaml
+
+
+def _cmd_model_init(args: argparse.Namespace) -> int:
+    from k2post.models.init import init_model_dir
+
+    path = init_model_dir(args.flavor, args.out, seed=args.seed, vocab_size=args.vocab_size, overwrite=args.overwrite)
+    print(f"model written to {path}")
+    return 0
+
+
+def _cmd_model_flavors(args: argparse.Namespace) -> int:
+    from k2post.models.flavors import FLAVORS
+
+    for name in sorted(FLAVORS):
+        print(name)
+    return 0
+
+
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    from k2post.config.registry import load_run_config
+
+    cfg = load_run_config(args.file, args.overrides)
+    print(dump_yaml(cfg), end="")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pipelines.demo import main as demo_main
+
+    return demo_main([args.file, *args.overrides])
+
+
+def _add_model_parser(sub: argparse._SubParsersAction) -> None:
+    model = sub.add_parser("model", help="build and inspect models").add_subparsers(dest="model_cmd", required=True)
+    init = model.add_parser("init", help="build a tiny model + tokenizer from a named flavor, in HF format")
+    init.add_argument("--flavor", required=True, help="flavor name (see `k2post model flavors`)")
+    init.add_argument("--out", required=True, help="output directory (HF format)")
+    init.add_argument("--seed", type=int, default=0, help="init seed (default 0)")
+    init.add_argument("--vocab-size", type=int, default=4096, help="tokenizer vocab size (default 4096)")
+    init.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    init.set_defaults(func=_cmd_model_init)
+    model.add_parser("flavors", help="list the model flavors").set_defaults(func=_cmd_model_flavors)
+
+
+def _add_config_parser(sub: argparse._SubParsersAction) -> None:
+    config = sub.add_parser("config", help="inspect configs").add_subparsers(dest="config_cmd", required=True)
+    show = config.add_parser("show", help="print the validated config with every default filled in")
+    show.add_argument("file", help="a YAML run config (its `kind` picks the schema)")
+    show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sampling.temperature=0.7")
+    show.set_defaults(func=_cmd_config_show)
+
+
+def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    demo = sub.add_parser("demo", help="end-to-end smoke run (tiny model, vLLM vs transformers)")
+    demo.add_argument("file", help="a `kind: demo` config, e.g. configs/demo.yaml")
+    demo.add_argument("overrides", nargs="*", help="dotted overrides")
+    demo.set_defaults(func=_cmd_demo)
+
+
+_SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_model_parser,
+    _add_config_parser,
+    _add_demo_parser,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="k2post", description="Kimi K2-style post-training (SFT + RL).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in _SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, FileExistsError, FileNotFoundError, KeyError, ValueError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        print(f"k2post: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

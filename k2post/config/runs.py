@@ -1,0 +1,52 @@
+"""Run configs: what each `k2post <command> CONFIG` takes. Each composes component configs.
+
+Registered explicitly by `kind`; `k2post config show FILE` picks the class from the YAML's
+`kind` field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from k2post.config.base import K2Config
+from k2post.config.registry import register_run_config
+from k2post.models.config import ModelConfig
+from k2post.rollout.config import SamplingConfig, VLLMEngineConfig
+
+DEFAULT_DEMO_PROMPTS = [
+    "What is 17 + 25?",
+    "Name three colors.",
+    "Write a haiku about the sea.",
+    "Call the weather tool for Paris.",
+]
+
+
+@register_run_config
+class DemoConfig(K2Config):
+    """End-to-end smoke run: build the tiny model, chat with it through vLLM, check vs transformers."""
+
+    kind: Literal["demo"] = Field("demo", description="Run config kind; must be 'demo'.")
+    run_dir: str = Field("runs/demo", description="Directory for outputs (generations.jsonl, summary.json).")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Which model to load or build.")
+    engine: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig, description="vLLM engine settings.")
+    sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(temperature=0.0, max_tokens=32),
+        description="Sampling for the demo generations (greedy by default, so vLLM and transformers can be compared).",
+    )
+    prompts: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_DEMO_PROMPTS), min_length=1, description="User messages to answer."
+    )
+    check_against_transformers: bool = Field(
+        True, description="Also greedy-decode with transformers and report whether outputs are identical (needs temperature 0)."
+    )
+
+    @model_validator(mode="after")
+    def _comparison_needs_greedy(self) -> "DemoConfig":
+        if self.check_against_transformers and self.sampling.temperature != 0:
+            raise ValueError(
+                "check_against_transformers needs greedy decoding: set sampling.temperature: 0 "
+                "or check_against_transformers: false"
+            )
+        return self

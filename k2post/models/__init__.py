@@ -1,0 +1,1 @@
+"""Model-side pieces: the tokenizer builder (`tokenizer.py`) and model flavors/initialisation."""

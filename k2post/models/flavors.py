@@ -1,0 +1,134 @@
+"""Named tiny model flavors: small, CPU-friendly HF configs for tests and demos.
+
+A flavor is a function `vocab_size -> transformers.PretrainedConfig`, registered by name
+with `register_flavor` (a second registration under the same name is an error).
+`flavor_config(name, vocab_size)` builds the config; token ids (pad / eos / bos) are set
+by the caller (`k2post.models.init`), which knows the tokenizer.
+
+Built-in flavors (parameter counts at vocab 4096, the default tokenizer's size including its
+12 special tokens; each 64 extra vocab rows add 64 * hidden * 2 params, embeddings are untied):
+
+- ``tiny-qwen2`` (Qwen2ForCausalLM, 4,460,800 params): hidden 256, 4 layers, 4 query
+  heads of head_dim 64, 2 KV heads (GQA), MLP 512, rope_theta 10000, 2048 positions,
+  untied embeddings, rms_norm_eps 1e-6, float32. head_dim 64 is a head size the vLLM CPU
+  attention backend accepts.
+- ``tiny-k2`` (DeepseekV3ForCausalLM, 20,205,056 params): a Kimi-K2-shaped model. MLA
+  with q_lora_rank 256, kv_lora_rank 512, qk_nope_head_dim 64, qk_rope_head_dim 64,
+  v_head_dim 64 (kv_lora_rank 512 + rope 64 is what vLLM's CPU MLA kernels accept), 4
+  heads, hidden 512, 4 layers; layer 0 is a dense MLP (intermediate 1024), layers 1-3 are
+  MoE with 8 routed experts (moe_intermediate 256), 2 per token, 1 shared expert, a
+  sigmoid router with aux-loss-free bias (noaux_tc), n_group 1 / topk_group 1,
+  routed_scaling_factor 2.827 (K2's value), no MTP layers.
+
+transformers 5.19's DeepseekV3 has no `topk_method` / `scoring_func` fields (its router is
+always sigmoid + e_score_correction_bias, i.e. noaux_tc); we still write both keys into the
+config so vLLM and readers of config.json see the K2 routing explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from transformers import DeepseekV3Config, PretrainedConfig, Qwen2Config
+
+FlavorBuilder = Callable[[int], PretrainedConfig]
+
+# Head sizes the vLLM CPU attention backend supports (REFERENCE.md, "Seen on this machine").
+VLLM_CPU_HEAD_SIZES: frozenset[int] = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A registered flavor: its name, a one-line summary and the config builder."""
+
+    name: str
+    summary: str
+    build: FlavorBuilder
+
+
+FLAVORS: dict[str, Flavor] = {}
+
+
+def register_flavor(name: str, summary: str, build: FlavorBuilder) -> Flavor:
+    """Register `build` under `name`; registering a name twice raises ValueError."""
+    if name in FLAVORS:
+        raise ValueError(f"model flavor {name!r} is already registered ({FLAVORS[name].summary})")
+    flavor = Flavor(name=name, summary=summary, build=build)
+    FLAVORS[name] = flavor
+    return flavor
+
+
+def known_flavors() -> list[str]:
+    """Sorted names of the registered flavors."""
+    return sorted(FLAVORS)
+
+
+def unknown_flavor_message(name: str) -> str:
+    """The error text for an unregistered flavor name, listing the known ones."""
+    return f"unknown model flavor {name!r}; known flavors: {', '.join(known_flavors())}"
+
+
+def flavor_config(name: str, vocab_size: int) -> PretrainedConfig:
+    """Build the HF config of flavor `name` with `vocab_size` embedding rows."""
+    if name not in FLAVORS:
+        raise KeyError(unknown_flavor_message(name))
+    if vocab_size <= 0:
+        raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+    return FLAVORS[name].build(vocab_size)
+
+
+def tiny_qwen2_config(vocab_size: int) -> Qwen2Config:
+    """Tiny dense Qwen2 (GQA, head_dim 64): 4,460,800 params at vocab 4096."""
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+        dtype="float32",
+    )
+
+
+def tiny_k2_config(vocab_size: int) -> DeepseekV3Config:
+    """Tiny K2-shaped DeepSeek-V3 (MLA + MoE, sigmoid noaux_tc router): 20,205,056 params at vocab 4096."""
+    return DeepseekV3Config(
+        vocab_size=vocab_size,
+        hidden_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        q_lora_rank=256,
+        kv_lora_rank=512,
+        qk_nope_head_dim=64,
+        qk_rope_head_dim=64,
+        v_head_dim=64,
+        intermediate_size=1024,
+        moe_intermediate_size=256,
+        first_k_dense_replace=1,
+        n_shared_experts=1,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.827,
+        topk_method="noaux_tc",
+        scoring_func="sigmoid",
+        num_mtp_layers=0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        rope_interleave=True,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+        dtype="float32",
+    )
+
+
+register_flavor("tiny-qwen2", "dense Qwen2, hidden 256, 4 layers, GQA 4q/2kv heads of 64", tiny_qwen2_config)
+register_flavor("tiny-k2", "K2-shaped DeepSeek-V3: MLA + MoE 8 routed/2 active/1 shared", tiny_k2_config)
