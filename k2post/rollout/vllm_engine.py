@@ -38,6 +38,7 @@ def on_cpu() -> bool:
 def prepare_vllm_env(cfg: VLLMEngineConfig) -> None:
     """Set the environment vLLM reads at engine build time (in-process engine, CPU KV size)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # set it to INFO to see vLLM's engine logs
     if on_cpu():
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
 
