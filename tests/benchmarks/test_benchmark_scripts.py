@@ -1,0 +1,31 @@
+"""Each benchmark script runs (in its quick form) and ends with one JSON line of its figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CASES = {
+    "muon_step.py": (["--quick"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
+    "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(CASES))
+def test_benchmark_ends_with_json(script, tmp_path):
+    args, keys = CASES[script]
+    extra = ["--out", str(tmp_path)] if script == "qk_clip_stress.py" else []
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args, *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert keys <= set(figures)
