@@ -4,6 +4,8 @@
     k2post model flavors
     k2post config show configs/demo.yaml [key.path=value ...]
     k2post demo configs/demo.yaml [key.path=value ...]
+    k2post envs list
+    k2post envs test [NAME ...] [--golden PATH] [--isolated]
 
 Later issues add `sft`, `rl`, `synth`, `eval`, `envs` and `serve` as further subcommands
 (each one registers a parser in `_SUBCOMMANDS`). Config and input errors print one line
@@ -76,10 +78,17 @@ def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     demo.set_defaults(func=_cmd_demo)
 
 
+def _add_envs_parser(sub: argparse._SubParsersAction) -> None:
+    from k2post.envs.cli import add_envs_parser
+
+    add_envs_parser(sub)
+
+
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_model_parser,
     _add_config_parser,
     _add_demo_parser,
+    _add_envs_parser,
 ]
 
 

@@ -236,6 +236,7 @@ def _call_chunks(section: str) -> tuple[list[tuple[str, bool]], list[ToolCallPar
     chunks: list[tuple[str, bool]] = []
     errors: list[ToolCallParseError] = []
     position = 0
+    next_end = -2  # cached position of the next TOOL_CALL_END (-1: none left; -2: not searched)
     while position <= len(section):
         begin = section.find(TOOL_CALL_BEGIN, position)
         gap = section[position:] if begin == -1 else section[position:begin]
@@ -246,7 +247,9 @@ def _call_chunks(section: str) -> tuple[list[tuple[str, bool]], list[ToolCallPar
         if begin == -1:
             break
         inner = begin + len(TOOL_CALL_BEGIN)
-        end, next_begin = section.find(TOOL_CALL_END, inner), section.find(TOOL_CALL_BEGIN, inner)
+        if next_end == -2 or (next_end != -1 and next_end < inner):  # search again only when passed
+            next_end = section.find(TOOL_CALL_END, inner)
+        end, next_begin = next_end, section.find(TOOL_CALL_BEGIN, inner)
         if end == -1 or (next_begin != -1 and next_begin < end):
             stop = len(section) if next_begin == -1 else next_begin
             chunks.append((section[inner:stop], False))

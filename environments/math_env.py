@@ -1,0 +1,313 @@
+"""Math gym: generated arithmetic / word / linear-equation problems, scored with math-verify.
+
+    env = make_environment("math", {"difficulty": 2})
+    task = next(env.tasks("train", seed=0))        # "What is 17 + 25?\nPut your final answer in \\boxed{}."
+    env.score(task, "17 + 25 = \\boxed{42}")       # value 1.0, breakdown {"correct": 1, "format": 1}
+
+Tasks come from a seeded generator (deterministic per seed) or, when `hf_dataset_path` is set,
+from a HF `datasets` dataset saved on disk (`save_to_disk`; nothing is downloaded). The test
+split is a fixed held-out set (`test_seed`, `test_size`; the `seed` argument does not change
+it) and the train split never yields one of its questions, so the splits are disjoint for
+every seed.
+
+Scoring: the answer is extracted (`answer_extraction`, order configurable), compared as an exact
+number first, then with math-verify (`verify(parse(gold), parse(pred))`, its signal timeouts
+off: run untrusted scoring in `k2post.envs.workers.RewardPool` for a hard timeout). Inputs
+that could make sympy hang (power towers, huge exponents/factorials, long answers) skip
+math-verify. reward = (1 - format_weight) * correct + format_weight * format, where format
+means the answer was found by the preferred (first) extraction method.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import Field
+
+# math-verify warns that its own timeouts are off; the reward workers' per-call timeout replaces them.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+from environments.answer_extraction import (
+    DEFAULT_TAIL_CHARS,
+    ExtractionMethod,
+    extract_answer,
+    extract_boxed,
+    extract_hash,
+    parse_number,
+)
+from k2post.chat.types import Message
+from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
+from k2post.envs.registry import register_environment
+
+ProblemType = Literal["add", "sub", "mul", "div", "word", "linear"]
+PROBLEM_TYPES: tuple[ProblemType, ...] = ("add", "sub", "mul", "div", "word", "linear")
+MAX_VERIFY_CHARS = 300
+_EXPLOSIVE = re.compile(
+    r"(?:\^|\*\*)\s*(?:\{[^{}]*(?:\^|\*\*)|\([^()]*(?:\^|\*\*)|[\w.]+\s*(?:\^|\*\*))"  # power towers
+    r"|(?:\^|\*\*)\s*[{(]?\s*\d{5,}"  # huge exponents
+    r"|\d{4,}\s*!"  # huge factorials
+)
+
+
+class MathConfig(EnvConfig):
+    """Config of the `math` gym."""
+
+    difficulty: int = Field(1, ge=1, le=5, description="Operand magnitude: numbers up to 10**difficulty.")
+    problem_types: list[ProblemType] = Field(
+        default_factory=lambda: list(PROBLEM_TYPES), min_length=1, description="Generated problem kinds to mix."
+    )
+    train_size: int = Field(10000, gt=0, description="Train tasks yielded when `n` is not given.")
+    test_size: int = Field(200, gt=0, description="Size of the fixed held-out test set.")
+    train_seed: int = Field(0, description="Base seed of the train stream (combined with the `seed` argument).")
+    test_seed: int = Field(1, description="Seed of the held-out test set.")
+    instruction: str = Field(
+        "Put your final answer in \\boxed{}.", description="Appended to every question on its own line."
+    )
+    extraction_order: list[ExtractionMethod] = Field(
+        default_factory=lambda: ["boxed", "hash", "answer_is", "last_number"],
+        min_length=1,
+        description="Answer extraction methods tried in order; the first is the preferred format.",
+    )
+    format_weight: float = Field(
+        0.0, ge=0.0, le=1.0, description="Reward weight of the format flag: (1-w)*correct + w*format."
+    )
+    tail_chars: int = Field(DEFAULT_TAIL_CHARS, gt=0, description="Only the last N chars of a response are read.")
+    hf_dataset_path: str | None = Field(
+        None, description="A HF dataset saved with save_to_disk to use instead of the generator (no downloads)."
+    )
+    hf_question_field: str = Field("question", description="Question column of the on-disk dataset.")
+    hf_answer_field: str = Field(
+        "answer", description="Answer column (plain answer, GSM8K '#### 42' or a solution with \\boxed{})."
+    )
+    hf_test_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="Held-out fraction (by question hash) when the dataset has no test split."
+    )
+
+
+# ---------------------------------------------------------------- problem generators
+
+_NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goro", "Hana", "Ivan", "Jia", "Kofi", "Lena")
+_ITEMS = ("apples", "marbles", "books", "stickers", "coins", "pencils", "cookies", "stamps", "shells", "cards")
+
+
+def _operand(rng: random.Random, difficulty: int, low: int = 0) -> int:
+    return rng.randint(low, 10**difficulty)
+
+
+def _small(rng: random.Random, difficulty: int, low: int = 1) -> int:
+    return rng.randint(low, max(10, 10 ** (difficulty - 1)))
+
+
+def gen_add(rng: random.Random, d: int) -> tuple[str, int]:
+    terms = [_operand(rng, d) for _ in range(3 if d >= 4 else 2)]
+    return f"What is {' + '.join(map(str, terms))}?", sum(terms)
+
+
+def gen_sub(rng: random.Random, d: int) -> tuple[str, int]:
+    a, b = _operand(rng, d), _operand(rng, d)
+    if d <= 2:
+        a, b = max(a, b), min(a, b)
+    return f"What is {a} - {b}?", a - b
+
+
+def gen_mul(rng: random.Random, d: int) -> tuple[str, int]:
+    a, b = _operand(rng, d), _small(rng, d, low=0)
+    return f"What is {a} * {b}?", a * b
+
+
+def gen_div(rng: random.Random, d: int) -> tuple[str, int]:
+    b, q = _small(rng, d), _operand(rng, d)
+    return f"What is {b * q} / {b}?", q
+
+
+def gen_word(rng: random.Random, d: int) -> tuple[str, int]:
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    a, b = _operand(rng, d, low=1), _operand(rng, d, low=1)
+    kind = rng.randrange(3)
+    if kind == 0:
+        return f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?", a + b
+    if kind == 1:
+        a, b = max(a, b), min(a, b)
+        return f"{name} has {a} {item} and gives away {b}. How many {item} does {name} have left?", a - b
+    k = _small(rng, d)
+    return f"There are {k} boxes with {a} {item} in each box. How many {item} are there in total?", k * a
+
+
+def gen_linear(rng: random.Random, d: int) -> tuple[str, int]:
+    x = rng.randint(0 if d <= 2 else -(10**d), 10**d)
+    a, b = _small(rng, d), _operand(rng, d)
+    lhs = f"{a}x + {b}" if a != 1 else f"x + {b}"
+    return f"Solve for x: {lhs} = {a * x + b}.", x
+
+
+GENERATORS: dict[str, Callable[[random.Random, int], tuple[str, int]]] = {
+    "add": gen_add,
+    "sub": gen_sub,
+    "mul": gen_mul,
+    "div": gen_div,
+    "word": gen_word,
+    "linear": gen_linear,
+}
+
+
+# ---------------------------------------------------------------- answer checking
+
+
+def _math_verify_equal(gold: str, pred: str) -> bool:
+    """math-verify equivalence with signal timeouts disabled; never raises."""
+    if len(pred) > MAX_VERIFY_CHARS or _EXPLOSIVE.search(pred) or _EXPLOSIVE.search(gold):
+        return False
+    try:
+        from math_verify import parse, verify
+
+        def parsed(text: str) -> list[Any]:
+            # LaTeX first: bare `\frac{84}{4} \cdot 2` parses as [2] without the $...$ wrapper.
+            return parse(f"${text}$", parsing_timeout=None) or parse(text, parsing_timeout=None)
+
+        gold_parsed, pred_parsed = parsed(gold), parsed(pred)
+        if not gold_parsed or not pred_parsed:
+            return False
+        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+    except Exception:  # sympy/latex2sympy can raise almost anything on junk
+        return False
+
+
+def answers_match(gold: str, pred: str) -> bool:
+    """Exact numeric comparison when both are plain numbers, else math-verify."""
+    gold_number, pred_number = parse_number(gold), parse_number(pred)
+    if gold_number is not None and pred_number is not None:
+        return gold_number == pred_number
+    return _math_verify_equal(gold, pred)
+
+
+def gold_from_solution(text: str) -> str:
+    """The gold answer of a dataset row: after `####`, else the last `\\boxed{}`, else the text."""
+    return extract_hash(text) or extract_boxed(text) or text.strip()
+
+
+def _question_hash(question: str) -> int:
+    return zlib.crc32(question.encode("utf-8"))
+
+
+@register_environment
+class MathEnv(Environment):
+    """Arithmetic / algebra questions with a single numeric (or LaTeX) gold answer."""
+
+    name = "math"
+    task_type = "math"
+    reward_range = (0.0, 1.0)
+    config_cls = MathConfig
+    config: MathConfig
+
+    # ------------------------------------------------------------ tasks
+
+    def _generate(self, rng: random.Random) -> tuple[str, str, str]:
+        kind = rng.choice(self.config.problem_types)
+        question, answer = GENERATORS[kind](rng, self.config.difficulty)
+        return question, str(answer), kind
+
+    def _meta(self, kind: str) -> dict[str, Any]:
+        return {"difficulty": self.config.difficulty, "problem_type": kind, "source": "generator"}
+
+    def _make_task(self, task_id: str, question: str, answer: str, meta: dict[str, Any]) -> Task:
+        content = f"{question}\n{self.config.instruction}" if self.config.instruction else question
+        return Task(
+            id=task_id,
+            env=self.name,
+            task_type=self.task_type,
+            messages=[Message(role="user", content=content)],
+            answer=answer,
+            metadata={"question": question, **meta},
+        )
+
+    @cached_property
+    def _test_rows(self) -> list[tuple[str, str, dict[str, Any]]]:
+        if self.config.hf_dataset_path:
+            return self._hf_rows("test")[: self.config.test_size]
+        rng = random.Random(f"math-test:{self.config.test_seed}")
+        rows: dict[str, tuple[str, str, dict[str, Any]]] = {}
+        for _ in range(self.config.test_size * 50):
+            if len(rows) >= self.config.test_size:
+                break
+            question, answer, kind = self._generate(rng)
+            rows.setdefault(question, (question, answer, self._meta(kind)))
+        return list(rows.values())
+
+    @cached_property
+    def _test_questions(self) -> frozenset[str]:
+        return frozenset(row[0] for row in self._test_rows)
+
+    def _train_rows(self, seed: int, n: int) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        if self.config.hf_dataset_path:
+            rows = self._hf_rows("train")
+            random.Random(f"math-train:{self.config.train_seed}:{seed}").shuffle(rows)
+            yield from (row for row in rows[:n] if row[0] not in self._test_questions)
+            return
+        rng = random.Random(f"math-train:{self.config.train_seed}:{seed}")
+        produced = 0
+        for _ in range(n * 50 + 100):  # bounded: a tiny problem space must not loop forever
+            if produced >= n:
+                return
+            question, answer, kind = self._generate(rng)
+            if question not in self._test_questions:
+                produced += 1
+                yield question, answer, self._meta(kind)
+
+    def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
+        """Train: a seeded stream without test questions; test: the fixed held-out set."""
+        if split == "test":
+            count = self.config.test_size if n is None else n
+            rows: Iterator[tuple[str, str, dict[str, Any]]] = iter(self._test_rows[:count])
+            prefix = "test"
+        else:
+            count = self.config.train_size if n is None else n
+            rows, prefix = self._train_rows(seed, count), f"train-s{seed}"
+        for index, (question, answer, meta) in enumerate(rows):
+            yield self._make_task(f"math-{prefix}-{index}", question, answer, meta)
+
+    # ------------------------------------------------------------ on-disk HF dataset
+
+    def _hf_rows(self, split: Split) -> list[tuple[str, str, dict[str, Any]]]:
+        from datasets import Dataset, DatasetDict, load_from_disk
+
+        data = load_from_disk(self.config.hf_dataset_path)
+        if isinstance(data, DatasetDict):
+            if split in data:
+                return self._rows_of(data[split], split, by_hash=False)
+            data = data["train"] if "train" in data else next(iter(data.values()))
+        assert isinstance(data, Dataset)
+        return self._rows_of(data, split, by_hash=True)
+
+    def _rows_of(self, data: Any, split: Split, by_hash: bool) -> list[tuple[str, str, dict[str, Any]]]:
+        cut = int(self.config.hf_test_fraction * 1000)
+        rows, seen = [], set()
+        for row in data:
+            question = str(row[self.config.hf_question_field]).strip()
+            in_test = _question_hash(question) % 1000 < cut
+            if question in seen or (by_hash and in_test != (split == "test")):
+                continue
+            seen.add(question)
+            answer = gold_from_solution(str(row[self.config.hf_answer_field]))
+            rows.append((question, answer, {"source": str(self.config.hf_dataset_path)}))
+        return rows
+
+    # ------------------------------------------------------------ scoring
+
+    def score(self, task: Task, response: str) -> Reward:
+        """1.0 when the extracted answer equals the gold answer (see module doc), else 0.0."""
+        if not isinstance(response, str):
+            response = "" if response is None else str(response)
+        found = extract_answer(response, self.config.extraction_order, self.config.tail_chars)
+        gold = str(task.answer if task.answer is not None else "")
+        correct = float(found.value is not None and bool(gold) and answers_match(gold, found.value))
+        formatted = float(found.method == self.config.extraction_order[0])
+        weight = self.config.format_weight
+        value = min(1.0, max(0.0, (1.0 - weight) * correct + weight * formatted))
+        info = {"extracted": found.value, "method": found.method, "gold": gold}
+        return Reward(value=value, breakdown={"correct": correct, "format": formatted}, info=info)

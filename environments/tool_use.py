@@ -1,0 +1,408 @@
+"""Multi-turn tool-use gym over stateful simulated toolsets (file system, calendar, bank).
+
+Each task comes from a template of `environments.toolsets` (deterministic per seed; train and
+test are disjoint by a hash of the task's content). `Task.answer` is the Scenario dump: initial
+toolset state, success checks on the final state, checkpoints, expected answer substrings and a
+reference solution. An episode:
+
+    env = make_environment("tool_use", {"max_turns": 8})
+    task = next(env.tasks("train", seed=0))
+    state = env.reset(task)                          # ToolUseState (JSON-able pydantic model)
+    result = env.step(state, assistant_message)      # runs its tool calls → tool messages
+    reward = env.score_state(task, state)            # 0.6 state + 0.3 checkpoints + 0.1 answer
+
+`step` accepts a `Message` with `tool_calls`, a `Message`/str whose text holds K2 tool-call
+tokens (parsed with `parse_assistant`), or an OpenAI-style dict. Malformed calls, unknown tools
+and bad arguments come back as tool messages starting with `Error:`; nothing raises. The
+episode ends on a turn without tool calls (the final answer) or after `max_turns` turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field, model_validator
+
+from environments.toolsets import (
+    TEMPLATES,
+    TEMPLATES_BY_TOOLSET,
+    TOOLSETS,
+    AnyToolsetState,
+    load_state,
+)
+from environments.toolsets.base import ERROR_PREFIX, is_error
+from environments.toolsets.checks import (
+    Scenario,
+    ToolCallRecord,
+    answer_matches,
+    check_checkpoint,
+    check_state,
+)
+from k2post.chat.parse import ToolCallParseError, parse_assistant
+from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
+from k2post.chat.types import Message, ToolCall, ToolSpec, content_text, dump_json, format_call_id
+from k2post.envs.base import EnvConfig, MultiTurnEnvironment, Reward, Split, StepResult, Task
+from k2post.envs.registry import register_environment
+
+SYSTEM_PROMPT = (
+    "You are an assistant that completes the user's request by calling the tools of {what}. "
+    "Call tools as needed and read their results; when you are done, reply to the user in plain "
+    "text without tool calls (that message ends the conversation). {context}"
+)
+ANSWER_PREVIEW_CHARS = 500
+
+
+class ToolUseConfig(EnvConfig):
+    """Config of the tool-use gym."""
+
+    toolsets: list[str] = Field(
+        default_factory=lambda: list(TOOLSETS), description="Toolsets to draw tasks from."
+    )
+    templates: list[str] = Field(
+        default_factory=list,
+        description="Only these templates (empty: every template of `toolsets`).",
+    )
+    max_turns: int = Field(8, ge=1, description="Assistant turns before the episode is cut off.")
+    max_calls_per_turn: int = Field(
+        16, ge=1, description="Tool calls executed per turn; more get an error."
+    )
+    failure_rate: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Probability that a valid tool call fails transiently (seeded).",
+    )
+    success_weight: float = Field(
+        0.6, ge=0.0, description="Weight of the success checks on the final state."
+    )
+    checkpoint_weight: float = Field(
+        0.3, ge=0.0, description="Weight of the fraction of checkpoints passed."
+    )
+    answer_weight: float = Field(0.1, ge=0.0, description="Weight of the final-answer check.")
+    test_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="Share of the task space held out as test."
+    )
+    train_size: int = Field(
+        5000, ge=1, description="Tasks of the train split when `n` is not given."
+    )
+    test_size: int = Field(200, ge=1, description="Tasks of the test split when `n` is not given.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ToolUseConfig:
+        unknown = sorted(set(self.toolsets) - set(TOOLSETS)) + sorted(
+            set(self.templates) - set(TEMPLATES)
+        )
+        if unknown:
+            raise ValueError(
+                f"unknown toolsets/templates {unknown}; "
+                f"known: {sorted(TOOLSETS)}, {sorted(TEMPLATES)}"
+            )
+        if self.success_weight + self.checkpoint_weight + self.answer_weight <= 0:
+            raise ValueError("the reward weights must not all be 0")
+        if not self.toolsets:
+            raise ValueError("toolsets must not be empty")
+        allowed = {name for toolset in self.toolsets for name in TEMPLATES_BY_TOOLSET[toolset]}
+        if self.templates and not set(self.templates) <= allowed:
+            raise ValueError(
+                f"templates {sorted(set(self.templates) - allowed)} "
+                f"are not in toolsets {self.toolsets}"
+            )
+        return self
+
+
+class ToolUseState(BaseModel):
+    """One episode: the toolset state, the call log and turn bookkeeping (JSON round-trips)."""
+
+    task_id: str = Field(description="Id of the task being played.")
+    world: AnyToolsetState = Field(description="The toolset state the calls act on.")
+    calls: list[ToolCallRecord] = Field(default_factory=list, description="Every call, in order.")
+    errors: list[str] = Field(
+        default_factory=list, description="Malformed-call messages, in order."
+    )
+    turns: int = Field(0, description="Assistant turns taken.")
+    max_turns: int = Field(8, description="Turn limit.")
+    next_call_index: int = Field(0, description="Dialogue-wide index of the next call id.")
+    done: bool = Field(False, description="The episode is over.")
+    truncated: bool = Field(False, description="It ended by hitting max_turns.")
+    final_answer: str = Field("", description="Text of the last assistant turn.")
+
+
+def _has_call_tokens(text: str) -> bool:
+    return TOOL_CALLS_BEGIN in text or TOOL_CALL_BEGIN in text
+
+
+def _error_message(call_id: str, text: str) -> Message:
+    return Message(role="tool", tool_call_id=call_id, content=text)
+
+
+def _parse_error_messages(errors: list[ToolCallParseError], first_index: int) -> list[Message]:
+    """Tool messages for parse errors; turn-level ones get a `functions.invalid:IDX` id."""
+    messages = []
+    for offset, error in enumerate(errors):
+        message = error.to_tool_message()
+        if message is None:
+            message = _error_message(
+                format_call_id("invalid", first_index + offset), f"{ERROR_PREFIX}{error.message}"
+            )
+        messages.append(message)
+    return messages
+
+
+def _read_call(raw: Any, call_id: str, offset: int) -> ToolCall | Message:
+    """One OpenAI-style tool call, or the error tool message saying why it is unreadable."""
+    try:
+        return ToolCall.from_openai(raw, default_id=call_id)
+    except KeyError as err:
+        detail = f"missing field {err}"
+    except (TypeError, ValueError, AttributeError) as err:  # ValidationError is a ValueError
+        detail = f"{type(err).__name__}: {err}"
+    return _error_message(call_id, f"{ERROR_PREFIX}tool call {offset}: unreadable call ({detail})")
+
+
+def _calls_from_dict(
+    data: dict[str, Any], first_index: int
+) -> tuple[list[ToolCall], list[Message]]:
+    """Calls of an OpenAI-style message dict; unreadable ones become error messages."""
+    calls: list[ToolCall] = []
+    errors: list[Message] = []
+    raw_calls = data.get("tool_calls")
+    for offset, raw in enumerate(raw_calls if isinstance(raw_calls, list) else [raw_calls]):
+        raw_id = raw.get("id") if isinstance(raw, dict) else None
+        fallback = format_call_id("invalid", first_index + offset)
+        read = _read_call(raw, raw_id if isinstance(raw_id, str) and raw_id else fallback, offset)
+        if isinstance(read, ToolCall):
+            calls.append(read)
+        else:
+            errors.append(read)
+    return calls, errors
+
+
+def _text_of(content: Any) -> str:
+    """Plain text of OpenAI-style content (string or parts); anything else is empty."""
+    try:
+        return content_text(content)
+    except (AttributeError, TypeError):
+        return ""
+
+
+def _parse_text(text: str, first_index: int) -> tuple[str, list[ToolCall], list[Message]]:
+    """Parse raw K2 assistant text; an unclosed <think> alone is not a tool-call error."""
+    parsed = parse_assistant(text, start_index=first_index)
+    errors = [error for error in parsed.errors if error.kind != "unterminated_think"]
+    first_error_index = first_index + len(parsed.tool_calls)
+    return parsed.content, parsed.tool_calls, _parse_error_messages(errors, first_error_index)
+
+
+def _split_turn(
+    assistant: Message | str | dict[str, Any], first_index: int
+) -> tuple[str, list[ToolCall], list[Message]]:
+    """(final text, well-formed calls, error tool messages) of one assistant turn."""
+    if isinstance(assistant, Message):
+        if assistant.tool_calls or not _has_call_tokens(assistant.content):
+            return assistant.content, list(assistant.tool_calls), []
+        return _parse_text(assistant.content, first_index)
+    if isinstance(assistant, dict):
+        content = _text_of(assistant.get("content"))
+        if not assistant.get("tool_calls"):
+            return (
+                _parse_text(content, first_index)
+                if _has_call_tokens(content)
+                else (content, [], [])
+            )
+        calls, errors = _calls_from_dict(assistant, first_index)
+        return content, calls, errors
+    return _parse_text(assistant if isinstance(assistant, str) else "", first_index)
+
+
+@register_environment
+class ToolUseEnv(MultiTurnEnvironment):
+    """Stateful tool use: file system, calendar and bank tasks scored on the final state."""
+
+    name: ClassVar[str] = "tool_use"
+    task_type: ClassVar[str] = "tool_use"
+    config_cls: ClassVar[type[EnvConfig]] = ToolUseConfig
+    max_turns: ClassVar[int] = 8
+    config: ToolUseConfig
+
+    # --- tasks ---------------------------------------------------------------------------
+
+    def template_names(self) -> list[str]:
+        """The templates tasks are drawn from."""
+        names = [name for toolset in self.config.toolsets for name in TEMPLATES_BY_TOOLSET[toolset]]
+        return [
+            name for name in names if not self.config.templates or name in self.config.templates
+        ]
+
+    def tools(self) -> list[ToolSpec]:
+        """Every tool of the configured toolsets (a task uses those of its own toolset)."""
+        return [spec for toolset in self.config.toolsets for spec in TOOLSETS[toolset].tools()]
+
+    def tools_for(self, task: Task) -> list[ToolSpec]:
+        """The tools of the task's toolset."""
+        return TOOLSETS[Scenario.model_validate(task.answer).toolset].tools()
+
+    def split_of(self, scenario: Scenario) -> Split:
+        """Which split a scenario belongs to: a hash of its prompt and initial state."""
+        content = dump_json([scenario.template, scenario.prompt, scenario.initial_state])
+        bucket = int(hashlib.sha256(content.encode()).hexdigest()[:8], 16) / 2**32
+        return "test" if bucket < self.config.test_fraction else "train"
+
+    def make_task(self, split: Split, seed: int, index: int) -> Task:
+        """Task `index` of a split for `seed` (the first generated scenario of that split)."""
+        names = self.template_names()
+        for attempt in range(10_000):
+            rng = random.Random(f"tool_use:{split}:{seed}:{index}:{attempt}")
+            template = names[rng.randrange(len(names))]
+            scenario = TEMPLATES[template](rng)
+            if self.split_of(scenario) == split:
+                return self._task(f"{split}-{seed}-{index}-{template}", scenario)
+        raise RuntimeError(f"no {split} task found for seed {seed} index {index}")
+
+    def _task(self, task_id: str, scenario: Scenario) -> Task:
+        toolset = TOOLSETS[scenario.toolset]
+        system = SYSTEM_PROMPT.format(what=toolset.description, context=toolset.context).strip()
+        return Task(
+            id=task_id,
+            env=self.name,
+            task_type=self.task_type,
+            messages=[
+                Message(role="system", content=system),
+                Message(role="user", content=scenario.prompt),
+            ],
+            answer=scenario.model_dump(mode="json"),
+            metadata={
+                "toolset": scenario.toolset,
+                "template": scenario.template,
+                "tools": [spec.to_openai() for spec in toolset.tools()],
+            },
+        )
+
+    def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
+        """Tasks of a split, deterministic per seed; `n` defaults to train_size / test_size."""
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        count = (
+            n
+            if n is not None
+            else (self.config.train_size if split == "train" else self.config.test_size)
+        )
+        for index in range(count):
+            yield self.make_task(split, seed, index)
+
+    # --- episodes --------------------------------------------------------------------------
+
+    def reset(self, task: Task) -> ToolUseState:
+        """A fresh episode on the task's initial toolset state."""
+        world = load_state(Scenario.model_validate(task.answer).initial_state)
+        if self.config.failure_rate > 0:
+            world.failure_rate = self.config.failure_rate
+        return ToolUseState(task_id=task.id, world=world, max_turns=self.config.max_turns)
+
+    def _execute(self, state: ToolUseState, call: ToolCall) -> str:
+        """Run one call on the world and log it; never raises."""
+        toolset = TOOLSETS[state.world.toolset]
+        try:
+            result = toolset.call(state.world, call.name, call.arguments)
+            arguments = toolset.canonical_arguments(call.name, call.arguments)
+        except Exception as err:  # a simulator bug must not kill a rollout
+            result, arguments = (
+                f"{ERROR_PREFIX}{call.name}: internal error ({type(err).__name__}: {err})",
+                dict(call.arguments),
+            )
+        record = ToolCallRecord(
+            turn=state.turns,
+            id=call.id,
+            name=call.name,
+            arguments=arguments,
+            result=result,
+            ok=not is_error(result),
+        )
+        state.calls.append(record)
+        return result
+
+    def _run_calls(self, state: ToolUseState, calls: list[ToolCall]) -> list[Message]:
+        """Execute the turn's calls (up to max_calls_per_turn) → tool messages."""
+        messages = []
+        for offset, call in enumerate(calls):
+            call_id = call.id or format_call_id(call.name, state.next_call_index + offset)
+            if offset >= self.config.max_calls_per_turn:
+                limit = self.config.max_calls_per_turn
+                result = f"{ERROR_PREFIX}{call.name}: not run, at most {limit} tool calls per turn"
+                state.errors.append(result)
+            else:
+                result = self._execute(state, call.model_copy(update={"id": call_id}))
+            messages.append(Message(role="tool", tool_call_id=call_id, content=result))
+        return messages
+
+    def step(self, state: ToolUseState, assistant: Message | str | dict[str, Any]) -> StepResult:
+        """Run one assistant turn's tool calls; done on a turn without calls or at max_turns."""
+        if state.done:
+            return StepResult(observations=[], done=True)
+        content, calls, error_messages = _split_turn(assistant, state.next_call_index)
+        observations = self._run_calls(state, calls) + error_messages
+        state.errors.extend(message.content for message in error_messages)
+        state.next_call_index += len(calls) + len(error_messages)
+        state.turns += 1
+        state.final_answer = content.strip()
+        if not observations:
+            state.done = True
+        elif state.turns >= state.max_turns:
+            state.done = state.truncated = True
+        return StepResult(observations=observations, done=state.done)
+
+    # --- scoring ---------------------------------------------------------------------------
+
+    def score_state(self, task: Task, state: ToolUseState | dict[str, Any]) -> Reward:
+        """Weighted success on the final state, checkpoints passed and the final-answer check."""
+        scenario = Scenario.model_validate(task.answer)
+        episode = state if isinstance(state, ToolUseState) else ToolUseState.model_validate(state)
+        world = episode.world.model_dump(mode="json")
+        failed = [
+            check.description or dump_json(check.path)
+            for check in scenario.success
+            if not check_state(check, world)
+        ]
+        checkpoints = {
+            cp.id: float(check_checkpoint(cp, episode.calls, world)) for cp in scenario.checkpoints
+        }
+        answer = self._answer_ok(scenario, episode, succeeded=not failed)
+        parts = [
+            (self.config.success_weight, 0.0 if failed else 1.0),
+            (self.config.answer_weight, answer),
+        ]
+        if checkpoints:
+            parts.append(
+                (self.config.checkpoint_weight, sum(checkpoints.values()) / len(checkpoints))
+            )
+        total = sum(weight for weight, _ in parts)
+        value = sum(weight * part for weight, part in parts) / total if total > 0 else 0.0
+        breakdown = {"final_state": 0.0 if failed else 1.0, **checkpoints, "answer": answer}
+        return Reward(
+            value=min(1.0, max(0.0, value)), breakdown=breakdown, info=self._info(episode, failed)
+        )
+
+    @staticmethod
+    def _answer_ok(scenario: Scenario, episode: ToolUseState, succeeded: bool) -> float:
+        """Expected substrings in the final answer; a task without any needs a closing message
+        after a successful final state (so doing nothing earns nothing)."""
+        if scenario.answer:
+            return float(answer_matches(scenario.answer, episode.final_answer))
+        closed = bool(episode.final_answer) and episode.done and not episode.truncated
+        return float(closed and succeeded)
+
+    @staticmethod
+    def _info(episode: ToolUseState, failed: list[str]) -> dict[str, Any]:
+        return {
+            "failed_success_checks": failed,
+            "turns": episode.turns,
+            "tool_calls": len(episode.calls),
+            "tool_errors": sum(not call.ok for call in episode.calls) + len(episode.errors),
+            "truncated": episode.truncated,
+            "final_answer": episode.final_answer[:ANSWER_PREVIEW_CHARS],
+        }
+
+
+__all__ = ["ToolUseConfig", "ToolUseEnv", "ToolUseState"]

@@ -1,0 +1,134 @@
+"""A small JSON-schema checker for tool arguments, with model-readable error strings.
+
+Covers the subset the toolsets declare: `type` (string, integer, number, boolean, array,
+object, null), `required`, `additionalProperties: false`, `properties`, `items`, `enum`,
+`minimum`/`maximum`, `minLength`/`maxLength`, `pattern`, `minItems`/`maxItems`. An integral
+float (`30.0`) counts as an integer, as in JSON Schema; a bool is never a number; NaN and
+infinities are rejected.
+
+    error = check_arguments(schema, {"amount": "25"})
+    # "argument 'amount' must be a number, got string"
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+_TYPE_NAMES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON type name of a decoded JSON value."""
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def is_type(value: Any, expected: str) -> bool:
+    """Whether `value` is an instance of JSON-schema type `expected`."""
+    if isinstance(value, bool):
+        return expected == "boolean"
+    if expected == "integer":
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if expected == "number":
+        return isinstance(value, (int, float))
+    return json_type_name(value) == expected
+
+
+def _check_bounds(path: str, value: Any, schema: dict[str, Any]) -> str | None:
+    """Numeric and length bounds of one value."""
+    where = f"argument '{path}'"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} must be a finite number, got {value}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return f"{where} must be >= {schema['minimum']}, got {value}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return f"{where} must be <= {schema['maximum']}, got {value}"
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            return f"{where} must have at least {schema['minLength']} characters"
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            return f"{where} must have at most {schema['maxLength']} characters"
+        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+            return f"{where} must match the pattern {schema['pattern']!r}, got {value!r}"
+    return None
+
+
+def _check_array(path: str, value: list[Any], schema: dict[str, Any]) -> str | None:
+    """Size bounds and items of an array."""
+    where = f"argument '{path}'"
+    if len(value) < schema.get("minItems", 0):
+        return f"{where} must have at least {schema['minItems']} items"
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        return f"{where} must have at most {schema['maxItems']} items"
+    items = schema.get("items")
+    if isinstance(items, dict):
+        for index, item in enumerate(value):
+            error = check_value(f"{path}[{index}]", item, items)
+            if error is not None:
+                return error
+    return None
+
+
+def check_value(path: str, value: Any, schema: dict[str, Any]) -> str | None:
+    """The first problem of `value` against `schema`, or None; `path` names the argument."""
+    where = f"argument '{path}'"
+    expected = schema.get("type")
+    allowed = expected if isinstance(expected, list) else [expected] if expected else []
+    if allowed and not any(is_type(value, name) for name in allowed):
+        wanted = " or ".join(allowed)
+        return f"{where} must be {_article(wanted)} {wanted}, got {json_type_name(value)}"
+    if "enum" in schema and value not in schema["enum"]:
+        options = ", ".join(repr(option) for option in schema["enum"])
+        return f"{where} must be one of {options}, got {value!r}"
+    if isinstance(value, list):
+        return _check_array(path, value, schema)
+    if isinstance(value, dict):
+        return check_object(value, schema, prefix=f"{path}.")
+    return _check_bounds(path, value, schema)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def check_object(value: dict[str, Any], schema: dict[str, Any], prefix: str = "") -> str | None:
+    """Required keys, unexpected keys and each property of an object."""
+    properties: dict[str, Any] = schema.get("properties", {})
+    for key in schema.get("required", []):
+        if key not in value:
+            return f"missing required argument '{prefix}{key}'"
+    if schema.get("additionalProperties") is False:
+        for key in value:
+            if key not in properties:
+                known = ", ".join(properties) or "none"
+                return f"unexpected argument '{prefix}{key}' (accepted: {known})"
+    for key, item in value.items():
+        if key in properties:
+            error = check_value(f"{prefix}{key}", item, properties[key])
+            if error is not None:
+                return error
+    return None
+
+
+def check_arguments(schema: dict[str, Any], arguments: Any) -> str | None:
+    """The first problem of a tool's arguments object against its parameters schema, or None."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {json_type_name(arguments)}"
+    return check_object(arguments, schema)
+
+
+def with_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """`arguments` plus the declared default of every absent property."""
+    properties: dict[str, Any] = schema.get("properties", {})
+    defaults = {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+    return {**defaults, **arguments}

@@ -1,0 +1,121 @@
+"""The Environment seam: gym-like RL environments that speak chat messages, never tokens.
+
+Single-turn environments hand out `Task`s and score one assistant response:
+
+    env = make_environment("math")
+    task = next(env.tasks("train", seed=0))
+    reward = env.score(task, "The answer is \\boxed{42}")   # Reward(value, breakdown, info)
+
+Multi-turn environments also step on assistant messages (with tool calls) until done:
+
+    state = env.reset(task)
+    result = env.step(state, assistant_message)               # StepResult(observations, done)
+    reward = env.score_state(task, state)
+
+Scoring untrusted model output should go through `k2post.envs.workers.RewardPool`
+(process isolation, timeouts); `score` itself may raise on junk — the pool turns that into
+the env's minimum reward with a recorded error (built-in gyms must not raise: they are fuzzed).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from k2post.chat.types import Message, ToolSpec
+from k2post.config.base import K2Config
+
+Split = Literal["train", "test"]
+
+
+class Reward(BaseModel):
+    """A scalar reward with a per-criterion breakdown (e.g. one entry per constraint/checkpoint)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    value: float = Field(description="The reward used by the RL loss, inside the env's reward_range.")
+    breakdown: dict[str, float] = Field(default_factory=dict, description="Named partial scores.")
+    info: dict[str, Any] = Field(default_factory=dict, description="Extra JSON-able details (extracted answer, ...).")
+    error: str | None = Field(
+        None, description="Set when scoring failed (exception, timeout); value is then the env's reward_range minimum."
+    )
+
+
+class Task(BaseModel):
+    """One prompt of an environment: chat messages plus whatever the scorer needs (JSON-able)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="Stable id, unique within the environment and split.")
+    env: str = Field(description="Name of the environment that made it.")
+    task_type: str = Field(description="Task type (budgets and temperature schedules are keyed by it).")
+    messages: list[Message] = Field(description="The prompt as chat messages (system/user).")
+    answer: Any = Field(None, description="Gold answer / reference data for the scorer (JSON-able).")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Extra JSON-able data (difficulty, source, ...).")
+
+
+class StepResult(BaseModel):
+    """What a multi-turn environment returns after an assistant turn."""
+
+    observations: list[Message] = Field(default_factory=list, description="Tool results / user replies to append.")
+    done: bool = Field(False, description="The episode is over.")
+
+
+class EnvConfig(K2Config):
+    """Base of every environment's config (subclass it and add fields)."""
+
+
+class Environment(abc.ABC):
+    """Base class: declares name, task type, tools and reward range; makes tasks."""
+
+    name: ClassVar[str] = ""
+    task_type: ClassVar[str] = ""
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    config_cls: ClassVar[type[EnvConfig]] = EnvConfig
+    multi_turn: ClassVar[bool] = False
+    golden_path: ClassVar[str | None] = None
+    """Golden file of a third-party env, relative to its module's folder (built-ins use
+    environments/golden/<name>.jsonl); `k2post envs test NAME` finds it without --golden."""
+
+    def __init__(self, config: EnvConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_cls()
+
+    def tools(self) -> list[ToolSpec]:
+        """Tools the model may call, as MCP/OpenAI-style JSON schemas (empty for plain Q&A)."""
+        return []
+
+    @abc.abstractmethod
+    def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
+        """Tasks of a split; train and test are disjoint and deterministic per seed."""
+
+    @abc.abstractmethod
+    def score(self, task: Task, response: str) -> Reward:
+        """Score the final assistant response text of a single-turn episode."""
+
+
+class MultiTurnEnvironment(Environment):
+    """Environment with tool calls / several turns: reset, step until done, then score the state."""
+
+    multi_turn: ClassVar[bool] = True
+    max_turns: ClassVar[int] = 8
+
+    @abc.abstractmethod
+    def reset(self, task: Task) -> Any:
+        """A fresh episode state for `task` (JSON-able or a small object the env understands)."""
+
+    @abc.abstractmethod
+    def step(self, state: Any, assistant: Message) -> StepResult:
+        """Apply one assistant turn (its tool calls) to `state`; return observations and done."""
+
+    @abc.abstractmethod
+    def score_state(self, task: Task, state: Any) -> Reward:
+        """Reward of a finished (or truncated) episode from its final state."""
+
+    def score(self, task: Task, response: str) -> Reward:
+        """Single-turn view: a response without tool calls leaves the state as reset."""
+        state = self.reset(task)
+        self.step(state, Message(role="assistant", content=response))
+        return self.score_state(task, state)

@@ -1,0 +1,215 @@
+"""Faithfulness gym: built-in data, lexical fallback judge, LLM judge with a scripted client, golden file."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from environments.faithfulness import (
+    BUILTIN_DATA,
+    FaithfulnessConfig,
+    FaithfulnessEnv,
+    LexicalOverlapJudgeFallback,
+    content_words,
+    load_items,
+    parse_yes_no,
+    split_sentences,
+)
+from k2post.chat.types import Message
+from k2post.envs import Task, make_environment
+from k2post.llm.client import LLMClient, load_client_factory
+
+GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "faithfulness.jsonl"
+CONTEXT = (
+    "The Marrow Point lighthouse was built in 1872 on a granite ledge north of the harbor. "
+    "Its lamp was converted from kerosene to electricity in 1931. "
+    "The keeper's house burned down in 1958 and was never rebuilt."
+)
+
+
+class ScriptedClient:
+    """Replies from a list, in order, and records the prompts it saw."""
+
+    def __init__(self, replies: list[str | Exception]) -> None:
+        self.replies, self.seen = list(replies), []
+
+    def chat(self, messages: list[Message], **kw) -> str:
+        self.seen.append((messages, kw))
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+def _task(context: str = CONTEXT) -> Task:
+    return Task(
+        id="t", env="faithfulness", task_type="faithfulness",
+        messages=[{"role": "user", "content": "q"}], answer={"context": context, "question": "q"},
+    )
+
+
+def test_builtin_data():
+    items = load_items(str(BUILTIN_DATA))
+    assert len(items) >= 20 and len({item["id"] for item in items}) == len(items)
+    assert all(item["context"] and item["question"] for item in items)
+
+
+def test_tasks_split_and_seed():
+    env = make_environment("faithfulness")
+    assert (env.name, env.task_type, env.reward_range) == ("faithfulness", "faithfulness", (0.0, 1.0))
+    train, test = list(env.tasks("train")), list(env.tasks("test"))
+    assert len(train) + len(test) == 20 and len(test) == 4
+    assert not {t.id for t in train} & {t.id for t in test}
+    assert [t.id for t in env.tasks("train", seed=0)] == [t.id for t in train]
+    assert [t.id for t in env.tasks("train", seed=1)] != [t.id for t in train]
+    assert len(list(env.tasks("train", n=3))) == 3
+    assert "Context:" in test[0].messages[0].content and test[0].answer["context"] in test[0].messages[0].content
+
+
+@pytest.mark.parametrize(
+    "sentence, supported",
+    [
+        ("The lamp was electrified in 1931.", True),
+        ("The lighthouse was built in 1872.", True),
+        ("According to the context, the answer is 1931.", True),
+        ("The keeper's house was never rebuilt.", True),
+        ("The keeper's house was rebuilt.", False),
+        ("The lamp was not converted in 1931.", False),
+        ("It was designed by Gustave Eiffel.", False),
+        ("The lighthouse has a gift shop and a cafe.", False),
+    ],
+)
+def test_lexical_fallback_judge(sentence, supported):
+    assert LexicalOverlapJudgeFallback(0.6).judge(CONTEXT, sentence).supported is supported
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Hello, World's towers!", {"world", "tower"}),
+        ("It is what it is.", set()),
+        ("Built in 1931", {"built", "1931"}),
+        ("It closes; it closed.", {"clos"}),
+    ],
+)
+def test_content_words(text, expected):
+    assert content_words(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("One. Two! Three?", ["One.", "Two!", "Three?"]),
+        ("- a point\n1. another", ["a point", "another"]),
+        ("3.5 m", ["3.5 m"]),
+    ],
+)
+def test_split_sentences(text, expected):
+    assert split_sentences(text) == expected
+
+
+@pytest.mark.parametrize(
+    "response, value, breakdown",
+    [
+        ("The lamp was electrified in 1931.", 1.0, {"sentence_0": 1.0}),
+        ("Sure! The lamp was electrified in 1931. It was designed by Gustave Eiffel.", 0.5,
+         {"sentence_0": 1.0, "sentence_1": 0.0}),
+        ("", 0.0, {}),
+        ("Yes.", 0.0, {}),
+        ("<think>Eiffel built it</think>The lighthouse was built in 1872.", 1.0, {"sentence_0": 1.0}),
+    ],
+)
+def test_score_lexical(response, value, breakdown):
+    reward = make_environment("faithfulness").score(_task(), response)
+    assert reward.value == value and reward.breakdown == breakdown and reward.error is None
+
+
+def test_sentences_beyond_cap_count_as_unsupported():
+    env = FaithfulnessEnv(FaithfulnessConfig(max_sentences=2))
+    reward = env.score(_task(), "The lamp was electrified in 1931. " * 4)
+    assert reward.value == 0.5 and len(reward.breakdown) == 2 and reward.info["unjudged"] == 2
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "x" * 1_000_000,
+        "word. " * 200_000,
+        "<|tool_call_begin|>functions.a:0<|tool_call_end|>",
+        "ünï 🙂 \x00 {{{",
+        "\n" * 10_000,
+    ],
+)
+def test_score_never_raises(response):
+    reward = make_environment("faithfulness").score(_task(), response)
+    assert 0.0 <= reward.value <= 1.0
+
+
+@pytest.mark.parametrize(
+    "reply, verdict",
+    [
+        ("Yes", True), ("yes.", True), ("No", False), ("NO, it is not.", False), ("Supported", True),
+        ("The sentence is not supported.", False), ("unsupported", False), ("<think>no... wait</think> Yes", True),
+        ("I cannot tell", None), ("", None), ("Nothing to add", None),
+    ],
+)
+def test_parse_yes_no(reply, verdict):
+    assert parse_yes_no(reply) is verdict
+
+
+def test_llm_judge_with_scripted_client():
+    client = ScriptedClient(["Yes.", "No, the context says nothing about it."])
+    env = FaithfulnessEnv(FaithfulnessConfig(judge="llm"), client=client)
+    reward = env.score(_task(), "The lamp was electrified in 1931. It was designed by Gustave Eiffel.")
+    assert reward.value == 0.5 and reward.breakdown == {"sentence_0": 1.0, "sentence_1": 0.0}
+    messages, kw = client.seen[0]
+    assert "Is this sentence supported by the context?" in messages[-1].content
+    assert CONTEXT in messages[-1].content and kw == {"temperature": 0.0, "max_tokens": 16}
+    assert isinstance(client, LLMClient)
+
+
+def test_llm_judge_failures():
+    env = FaithfulnessEnv(FaithfulnessConfig(judge="llm"), client=ScriptedClient(["maybe?", RuntimeError("down")]))
+    reward = env.score(_task(), "The lamp was electrified in 1931. The lighthouse was built in 1872.")
+    assert reward.value == 0.0 and reward.error and "judge gave no verdict" in reward.error
+    env = FaithfulnessEnv(FaithfulnessConfig(judge="llm"), client=ScriptedClient(["yes", RuntimeError("down")]))
+    reward = env.score(_task(), "The lamp was electrified in 1931. The lighthouse was built in 1872.")
+    assert reward.value == 0.5 and reward.error is None and "client error" in reward.info["details"][1]
+
+
+def test_llm_judge_needs_a_client(monkeypatch):
+    with pytest.raises(ValueError, match="needs an LLMClient"):
+        make_environment("faithfulness", {"judge": "llm"})
+    module = types.ModuleType("fake_judge_factory")
+    module.make = lambda: ScriptedClient(["yes"])
+    module.bad = lambda: object()
+    monkeypatch.setitem(sys.modules, "fake_judge_factory", module)
+    env = make_environment("faithfulness", {"judge": "llm", "judge_client_factory": "fake_judge_factory:make"})
+    assert env.score(_task(), "The lamp was electrified in 1931.").value == 1.0
+    with pytest.raises(TypeError):
+        load_client_factory("fake_judge_factory:bad")
+    with pytest.raises(ValueError):
+        load_client_factory("no_colon")
+
+
+def test_custom_data_path(tmp_path):
+    path = tmp_path / "items.jsonl"
+    rows = [{"id": f"i{k}", "context": "Cats sleep a lot.", "question": "?"} for k in range(4)]
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    env = FaithfulnessEnv(FaithfulnessConfig(data_path=str(path), test_every=2))
+    assert [t.id for t in env.tasks("test")] == ["faithfulness-i0", "faithfulness-i2"]
+
+
+def test_golden_file():
+    cases = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
+    assert len(cases) >= 6
+    env = make_environment("faithfulness", {})
+    for case in cases:
+        reward = env.score(Task.model_validate(case["task"]), case["response"])
+        assert reward.value == pytest.approx(case["expected"], abs=case["tol"]), case["id"]
+        for key, expected in case.get("expected_breakdown", {}).items():
+            assert reward.breakdown[key] == pytest.approx(expected, abs=case["tol"]), case["id"]

@@ -1,0 +1,211 @@
+"""Instruction-following gym: every constraint on pass/fail tables, sampling, scoring, golden file."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from environments.instruction_following import (
+    CONFLICTS,
+    CONSTRAINTS,
+    BulletCount,
+    EndsWith,
+    ForbiddenWords,
+    IncludeKeywords,
+    InstructionFollowingConfig,
+    InstructionFollowingEnv,
+    JsonFormat,
+    LetterFrequency,
+    Lowercase,
+    NoCommas,
+    ParagraphCount,
+    Placeholders,
+    SentenceCount,
+    StartsWith,
+    Title,
+    Uppercase,
+    WordCount,
+    constraint_from_spec,
+    paragraphs,
+    sample_constraints,
+    sentences,
+    words,
+)
+from k2post.envs import Task, make_environment
+
+GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "instruction_following.jsonl"
+
+CHECK_TABLE = [
+    (WordCount("at least", 3), "one two three", True),
+    (WordCount("at least", 3), "one two", False),
+    (WordCount("at most", 3), "don't stop now", True),
+    (WordCount("at most", 3), "one, two, three, four", False),
+    (SentenceCount("at least", 2), "First one. Second one!", True),
+    (SentenceCount("at least", 2), "Only 3.5 percent.", False),
+    (SentenceCount("at most", 1), "One. Two.", False),
+    (SentenceCount("at most", 2), "Line one\nLine two", True),
+    (ParagraphCount(2), "Para one.\n\nPara two.", True),
+    (ParagraphCount(2), "Para one.\n***\nPara two.", True),
+    (ParagraphCount(2), "Para one.\nStill one.", False),
+    (ParagraphCount(3), "A\n\n\n\nB\n\n  \n\nC\n\n", True),
+    (IncludeKeywords(["river", "lantern"]), "A Lantern by the river.", True),
+    (IncludeKeywords(["river", "lantern"]), "A lantern by the riverside.", False),
+    (ForbiddenWords(["very", "good"]), "It was fine.", True),
+    (ForbiddenWords(["very", "good"]), "It was Very nice.", False),
+    (ForbiddenWords(["good"]), "Goodness me.", True),
+    (JsonFormat(), '{"a": 1}', True),
+    (JsonFormat(), '```json\n[1, 2]\n```', True),
+    (JsonFormat(), '{"a": 1', False),
+    (JsonFormat(), "42", False),
+    (JsonFormat(), "Here: {\"a\": 1}", False),
+    (Lowercase(), "all quiet here.", True),
+    (Lowercase(), "Not quiet.", False),
+    (Lowercase(), "123 ...", False),
+    (Uppercase(), "LOUD NOISES!", True),
+    (Uppercase(), "LOUD noises", False),
+    (BulletCount(2), "* one\n* two", True),
+    (BulletCount(2), "- one\n- two\n- three", False),
+    (BulletCount(2), "* one\n***\n- two", True),
+    (BulletCount(1), "*emphasis* is not a bullet", False),
+    (StartsWith("Dear reader"), "Dear reader, hello.", True),
+    (StartsWith("Dear reader"), "  **dear Reader** hi", True),
+    (StartsWith("Dear reader"), "Hello dear reader", False),
+    (EndsWith("That is all."), "Done. That is all.", True),
+    (EndsWith("That is all."), "That is all.\n", True),
+    (EndsWith("That is all."), "That is all. Bye", False),
+    (NoCommas(), "No commas here.", True),
+    (NoCommas(), "Yes, commas.", False),
+    (NoCommas(), "全角，逗号", False),
+    (Title(), "<<My Title>>\nbody", True),
+    (Title(), "<< >> body", False),
+    (Title(), "<My Title> body", False),
+    (Placeholders(2), "Send to [name] at [address].", True),
+    (Placeholders(2), "Send to [name].", False),
+    (Placeholders(1), "Empty [] and [ ] do not count.", False),
+    (LetterFrequency("k", 3), "Kick the kite", True),
+    (LetterFrequency("k", 3), "kite", False),
+]
+
+
+@pytest.mark.parametrize("constraint, response, passes", CHECK_TABLE)
+def test_constraint_checks(constraint, response, passes):
+    assert constraint.check(response) is passes
+
+
+def test_table_covers_every_kind_with_pass_and_fail():
+    outcomes = {(c.kind, passes) for c, _, passes in CHECK_TABLE}
+    assert outcomes == {(kind, flag) for kind in CONSTRAINTS for flag in (True, False)}
+    assert len(CONSTRAINTS) >= 12
+
+
+@pytest.mark.parametrize("kind", sorted(CONSTRAINTS))
+def test_spec_round_trip_and_description(kind):
+    constraint = CONSTRAINTS[kind].sample(random.Random(kind))
+    spec = json.loads(json.dumps(constraint.to_spec()))
+    assert constraint_from_spec(spec) == constraint
+    assert constraint.describe().strip()
+
+
+@pytest.mark.parametrize("spec", [{"kind": "nope"}, {"kind": "word_count", "bogus": 1}, {}])
+def test_bad_spec(spec):
+    with pytest.raises(ValueError):
+        constraint_from_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "text, n_words, n_sentences, n_paragraphs",
+    [("", 0, 0, 0), ("It's 3.5 km. Go!\n\nNow", 5, 3, 2), ("a\n***\nb", 2, 2, 2), ("¿Qué tal? Bien.", 3, 2, 1)],
+)
+def test_text_units(text, n_words, n_sentences, n_paragraphs):
+    assert (len(words(text)), len(sentences(text)), len(paragraphs(text))) == (n_words, n_sentences, n_paragraphs)
+
+
+def test_sampled_combinations_never_conflict():
+    rng = random.Random(0)
+    for _ in range(500):
+        kinds = [c.kind for c in sample_constraints(rng, list(CONSTRAINTS), 3)]
+        assert len(kinds) == len(set(kinds)) and 1 <= len(kinds) <= 3
+        assert not any(frozenset(pair) in CONFLICTS for pair in itertools.combinations(kinds, 2))
+
+
+@pytest.fixture(scope="module")
+def env() -> InstructionFollowingEnv:
+    return make_environment("instruction_following", {"train_size": 300, "test_size": 50})
+
+
+def test_tasks_disjoint_deterministic(env):
+    test_prompts = {t.messages[0].content for t in env.tasks("test")}
+    assert len(test_prompts) == 50
+    train = list(env.tasks("train", seed=0))
+    assert len(train) == 300 and not test_prompts & {t.messages[0].content for t in train}
+    assert [t.model_dump() for t in env.tasks("train", seed=0, n=5)] == [t.model_dump() for t in train[:5]]
+    assert [t.answer for t in env.tasks("train", seed=1, n=5)] != [t.answer for t in train[:5]]
+    assert {len(t.answer) for t in train} == {1, 2, 3}
+
+
+def _task(*constraints) -> Task:
+    return Task(
+        id="t", env="instruction_following", task_type="instruction",
+        messages=[{"role": "user", "content": "q"}], answer=[c.to_spec() for c in constraints],
+    )
+
+
+def test_score_fraction_and_breakdown(env):
+    task = _task(NoCommas(), Lowercase(), WordCount("at least", 3))
+    reward = env.score(task, "hello there, friend")
+    assert reward.value == pytest.approx(2 / 3)
+    assert reward.breakdown == {"0:no_commas": 0.0, "1:lowercase": 1.0, "2:word_count": 1.0}
+
+
+def test_all_or_nothing():
+    env = InstructionFollowingEnv(InstructionFollowingConfig(all_or_nothing=True))
+    task = _task(NoCommas(), Lowercase())
+    assert env.score(task, "hello, there").value == 0.0
+    assert env.score(task, "hello there").value == 1.0
+
+
+@pytest.mark.parametrize("response", ["", "   \n", "...", "<|im_end|>"])
+def test_wordless_response_meets_nothing(env, response):
+    reward = env.score(_task(NoCommas(), ForbiddenWords(["very"])), response)
+    assert reward.value == 0.0 and reward.info["empty"]
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "x " * 500_000,
+        "[" * 200_000,
+        "<<" * 100_000,
+        "[" * 1000 + "]" * 1000,
+        "{" * 100_000,
+        "ünï 🙂\x00",
+        "\n" * 100_000,
+    ],
+)
+def test_score_never_raises(env, response):
+    task = _task(*[CONSTRAINTS[kind].sample(random.Random(1)) for kind in sorted(CONSTRAINTS)])
+    reward = env.score(task, response)
+    assert 0.0 <= reward.value <= 1.0 and len(reward.breakdown) == len(CONSTRAINTS)
+
+
+def test_config_validation():
+    with pytest.raises(ValidationError):
+        InstructionFollowingConfig(constraint_kinds=["nope"])
+    with pytest.raises(ValidationError):
+        InstructionFollowingConfig(min_constraints=3, max_constraints=2)
+
+
+def test_golden_file():
+    cases = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
+    assert len(cases) >= 6
+    env = make_environment("instruction_following", {})
+    for case in cases:
+        reward = env.score(Task.model_validate(case["task"]), case["response"])
+        assert reward.value == pytest.approx(case["expected"], abs=case["tol"]), case["id"]
+        for key, expected in case.get("expected_breakdown", {}).items():
+            assert reward.breakdown[key] == pytest.approx(expected, abs=case["tol"]), case["id"]

@@ -1,0 +1,157 @@
+"""Math gym: generator determinism, train/test disjointness, scoring table, robustness, golden file."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from environments.math_env import GENERATORS, MathConfig, MathEnv, answers_match
+from k2post.envs import Task, make_environment
+
+GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "math.jsonl"
+
+
+def _task(answer: str) -> Task:
+    return Task(id="t", env="math", task_type="math", messages=[{"role": "user", "content": "q"}], answer=answer)
+
+
+@pytest.fixture(scope="module")
+def env() -> MathEnv:
+    return make_environment("math", {"train_size": 300, "test_size": 50})
+
+
+def test_registered_and_typed(env):
+    assert (env.name, env.task_type, env.reward_range) == ("math", "math", (0.0, 1.0))
+    assert isinstance(env.config, MathConfig)
+
+
+def test_tasks_deterministic_and_seeded(env):
+    first = [t.model_dump() for t in itertools.islice(env.tasks("train", seed=3), 20)]
+    fresh = make_environment("math", {"train_size": 300, "test_size": 50})
+    again = [t.model_dump() for t in itertools.islice(fresh.tasks("train", seed=3), 20)]
+    other = [t.model_dump() for t in itertools.islice(env.tasks("train", seed=4), 20)]
+    assert first == again
+    assert first != other
+
+
+def test_train_test_disjoint_for_several_seeds(env):
+    test_questions = {t.metadata["question"] for t in env.tasks("test")}
+    assert len(test_questions) == 50
+    for seed in range(3):
+        train = list(env.tasks("train", seed=seed))
+        assert len(train) == 300 and len({t.id for t in train}) == 300
+        assert not test_questions & {t.metadata["question"] for t in train}
+
+
+def test_task_shape_and_n(env):
+    task = next(env.tasks("test", n=1))
+    assert task.env == "math" and task.messages[0].role == "user"
+    assert "\\boxed{}" in task.messages[0].content
+    assert len(list(env.tasks("test", n=7))) == 7
+    assert Task.model_validate_json(task.model_dump_json()) == task
+
+
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+@pytest.mark.parametrize("difficulty", [1, 3, 5])
+def test_generated_answers_are_right(kind, difficulty):
+    env = MathEnv(MathConfig(problem_types=[kind], difficulty=difficulty, train_size=20, test_size=5))
+    for task in env.tasks("train"):
+        question = task.metadata["question"]
+        assert task.answer.lstrip("-").isdigit(), question
+        assert env.score(task, f"\\boxed{{{task.answer}}}").value == 1.0
+
+
+@pytest.mark.parametrize(
+    "gold, response, value, fmt",
+    [
+        ("42", "\\boxed{42}", 1.0, 1.0),
+        ("42", "17 + 25 = 42, so \\boxed{42}.", 1.0, 1.0),
+        ("42", "The answer is 42.", 1.0, 0.0),
+        ("42", "#### 42", 1.0, 0.0),
+        ("42", "I think 42", 1.0, 0.0),
+        ("42", "\\boxed{41}", 0.0, 1.0),
+        ("42", "\\boxed{42.0}", 1.0, 1.0),
+        ("42", "\\boxed{\\frac{84}{2}}", 1.0, 1.0),
+        ("0.5", "\\boxed{\\frac{1}{2}}", 1.0, 1.0),
+        ("-3", "\\boxed{−3}", 1.0, 1.0),
+        ("1000", "\\boxed{1,000}", 1.0, 1.0),
+        ("5", "\\boxed{x = 5}", 1.0, 1.0),
+        ("\\sqrt{2}", "\\boxed{\\sqrt{2}}", 1.0, 1.0),
+        ("42", "\\boxed{42", 1.0, 0.0),  # unbalanced box: last number fallback
+        ("42", "", 0.0, 0.0),
+        ("42", "no idea", 0.0, 0.0),
+        ("42", "\\boxed{9**9**9}", 0.0, 1.0),
+        ("42", "\\boxed{10^{10^{10}}}", 0.0, 1.0),
+    ],
+)
+def test_score_table(env, gold, response, value, fmt):
+    reward = env.score(_task(gold), response)
+    assert reward.value == value
+    assert reward.breakdown == {"correct": value, "format": fmt}
+    assert "extracted" in reward.info
+
+
+def test_format_weight():
+    env = MathEnv(MathConfig(format_weight=0.2))
+    assert env.score(_task("4"), "\\boxed{4}").value == pytest.approx(1.0)
+    assert env.score(_task("4"), "4").value == pytest.approx(0.8)
+    assert env.score(_task("4"), "\\boxed{5}").value == pytest.approx(0.2)
+
+
+def test_extraction_order_is_configurable():
+    env = MathEnv(MathConfig(extraction_order=["hash", "boxed"]))
+    reward = env.score(_task("3"), "\\boxed{2}\n#### 3")
+    assert reward.value == 1.0 and reward.breakdown["format"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "gold, pred, same", [("1/2", "0.5", True), ("7", "7.000", True), ("7", "8", False), ("2", "", False)]
+)
+def test_answers_match(gold, pred, same):
+    assert answers_match(gold, pred) is same
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "x" * 1_000_000,
+        "\\boxed{" * 100_000,
+        "}" * 10_000 + "\\boxed{{{",
+        "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
+        "ünïcødé ∑ 🙂 \x00",
+        "\\boxed{" + "(" * 5000 + "}",
+        "9" * 100_000,
+    ],
+)
+def test_score_never_raises(env, response):
+    start = time.perf_counter()
+    reward = env.score(_task("42"), response)
+    assert 0.0 <= reward.value <= 1.0
+    assert time.perf_counter() - start < 2.0
+
+
+def test_hf_dataset_on_disk(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = {"question": [f"What is {i} + 1?" for i in range(40)], "answer": [f"work\n#### {i + 1}" for i in range(40)]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "ds"))
+    env = MathEnv(MathConfig(hf_dataset_path=str(tmp_path / "ds"), hf_test_fraction=0.25))
+    train, test = list(env.tasks("train")), list(env.tasks("test"))
+    assert len(train) + len(test) == 40 and test and train
+    assert not {t.metadata["question"] for t in train} & {t.metadata["question"] for t in test}
+    task = train[0]
+    assert env.score(task, f"\\boxed{{{task.answer}}}").value == 1.0
+
+
+def test_golden_file():
+    cases = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
+    assert len(cases) >= 6
+    env = make_environment("math", {})
+    for case in cases:
+        reward = env.score(Task.model_validate(case["task"]), case["response"])
+        assert reward.value == pytest.approx(case["expected"], abs=case["tol"]), case["id"]
+        for key, expected in case.get("expected_breakdown", {}).items():
+            assert reward.breakdown[key] == pytest.approx(expected, abs=case["tol"]), case["id"]

@@ -1,0 +1,385 @@
+"""The multi-turn tool-use gym: tasks, episodes (scripted, partial, malformed, truncated),
+scoring, JSON round trips and the golden-file replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from environments.tool_use import ToolUseConfig, ToolUseEnv, ToolUseState
+from environments.toolsets import TEMPLATES, TEMPLATES_BY_TOOLSET
+from k2post.chat.template import render_assistant_body
+from k2post.chat.types import Message, ToolCall, format_call_id
+from k2post.envs import Task, make_environment
+
+GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "tool_use.jsonl"
+CALLS_BEGIN, CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+
+
+def env_for(template: str | None = None, **config: Any) -> ToolUseEnv:
+    if template is not None:
+        config["templates"] = [template]
+    return ToolUseEnv(ToolUseConfig(**config))
+
+
+def first_task(template: str, split: str = "train", seed: int = 0) -> Task:
+    return env_for(template).make_task(split, seed, 0)  # type: ignore[arg-type]
+
+
+def reference_messages(task: Task, drop: str | None = None) -> list[Message]:
+    """The task's reference solution as assistant messages (skipping calls of tool `drop`)."""
+    messages, index = [], 0
+    for turn in task.answer["reference_turns"]:
+        calls = []
+        for call in turn:
+            if call["name"] != drop:
+                calls.append(
+                    ToolCall(
+                        id=format_call_id(call["name"], index),
+                        name=call["name"],
+                        arguments=call["arguments"],
+                    )
+                )
+                index += 1
+        if calls:
+            messages.append(Message(role="assistant", tool_calls=calls))
+    return [*messages, Message(role="assistant", content=task.answer["reference_answer"])]
+
+
+def play(env: ToolUseEnv, task: Task, turns: list[Any]) -> ToolUseState:
+    state = env.reset(task)
+    for turn in turns:
+        env.step(state, turn)
+    return state
+
+
+def k2_text(name: str, index: int, arguments: str, content: str = "") -> str:
+    call_id = f"functions.{name}:{index}"
+    call = f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{arguments}<|tool_call_end|>"
+    return f"{content}{CALLS_BEGIN}{call}{CALLS_END}"
+
+
+def test_registered_with_metadata() -> None:
+    env = make_environment("tool_use", {"max_turns": 3})
+    assert isinstance(env, ToolUseEnv) and env.multi_turn and env.task_type == "tool_use"
+    assert env.reward_range == (0.0, 1.0) and env.config.max_turns == 3
+    names = [spec.name for spec in env.tools()]
+    assert len(names) == len(set(names)) >= 14
+
+
+def test_tasks_are_deterministic_per_seed_and_splits_disjoint() -> None:
+    env = ToolUseEnv()
+    first = list(env.tasks("train", seed=3, n=30))
+    assert first == list(env.tasks("train", seed=3, n=30))
+    assert first != list(env.tasks("train", seed=4, n=30))
+
+    def contents(tasks: list[Task]) -> set[str]:
+        return {json.dumps([t.answer["prompt"], t.answer["initial_state"]]) for t in tasks}
+
+    train, test = list(env.tasks("train", n=300)), list(env.tasks("test", n=150))
+    assert not contents(train) & contents(test)
+    assert {t.metadata["template"] for t in train} == set(TEMPLATES)
+    assert len({t.id for t in train}) == 300
+    assert len(list(env_for(train_size=4, test_size=2).tasks("test"))) == 2
+
+
+def test_task_shape() -> None:
+    task = next(ToolUseEnv().tasks("train"))
+    assert [m.role for m in task.messages] == ["system", "user"]
+    assert task.env == "tool_use" and task.task_type == "tool_use"
+    assert {"initial_state", "success", "checkpoints", "answer"} <= set(task.answer)
+    assert [tool["function"]["name"] for tool in task.metadata["tools"]] == [
+        spec.name for spec in ToolUseEnv().tools_for(task)
+    ]
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES))
+def test_scripted_correct_episode_scores_one(template: str) -> None:
+    env, task = env_for(template), first_task(template)
+    state = env.reset(task)
+    for message in reference_messages(task):
+        result = env.step(state, message)
+        assert all(
+            obs.role == "tool" and not obs.content.startswith("Error")
+            for obs in result.observations
+        )
+    assert result.done and not state.truncated
+    reward = env.score_state(task, state)
+    assert reward.value == pytest.approx(1.0), reward
+    checkpoint_ids = [cp["id"] for cp in task.answer["checkpoints"]]
+    assert set(reward.breakdown) == {"final_state", "answer", *checkpoint_ids}
+    assert all(value == 1.0 for value in reward.breakdown.values())
+
+
+@pytest.mark.parametrize("toolset", sorted(TEMPLATES_BY_TOOLSET))
+def test_correct_episode_as_raw_k2_text(toolset: str) -> None:
+    template = sorted(TEMPLATES_BY_TOOLSET[toolset])[0]
+    env, task = env_for(template), first_task(template)
+    texts = [render_assistant_body(message) for message in reference_messages(task)]
+    state = play(env, task, texts)
+    assert state.done and env.score_state(task, state).value == pytest.approx(1.0)
+    assert [call.id for call in state.calls] == [
+        format_call_id(c.name, i) for i, c in enumerate(state.calls)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("template", "drop", "failed"),
+    [
+        ("fs_move_and_read", "read_file", "read_file"),
+        ("cal_book_first_free", "find_free_slot", "checked_schedule"),
+        ("bank_transfer_report", "get_balance", "checked_balance"),
+        ("bank_cover_shortfall", "get_balance", "checked_balance"),
+    ],
+)
+def test_partially_correct_episode_names_the_failed_checkpoint(
+    template: str, drop: str, failed: str
+) -> None:
+    env, task = env_for(template), first_task(template)
+    reward = env.score_state(task, play(env, task, reference_messages(task, drop=drop)))
+    assert 0.0 < reward.value < 1.0
+    assert reward.breakdown[failed] == 0.0 and reward.breakdown["final_state"] == 1.0
+    assert all(v == 1.0 for k, v in reward.breakdown.items() if k != failed)
+
+
+def test_out_of_order_calls_fail_an_ordered_checkpoint() -> None:
+    env, task = env_for("fs_append_line"), first_task("fs_append_line")
+    read, write = reference_messages(task)[:2]
+    reward = env.score_state(
+        task, play(env, task, [write, read, Message(role="assistant", content="done")])
+    )
+    assert reward.breakdown["read_before_write"] == 0.0 and reward.breakdown["final_state"] == 1.0
+    assert reward.value == pytest.approx(0.6 + 0.3 / 2 + 0.1)
+
+
+def test_weights_are_configurable() -> None:
+    task = first_task("fs_move_and_read")
+    env = env_for("fs_move_and_read", success_weight=1.0, checkpoint_weight=0.0, answer_weight=0.0)
+    state = play(env, task, reference_messages(task, drop="read_file"))
+    assert env.score_state(task, state).value == pytest.approx(1.0)
+    with pytest.raises(ValidationError):
+        ToolUseConfig(success_weight=0, checkpoint_weight=0, answer_weight=0)
+
+
+@pytest.mark.parametrize(
+    ("turn", "fragment"),
+    [
+        (k2_text("read_file", 0, '{"path": '), "arguments are not valid JSON"),
+        (k2_text("read_file", 0, '["a.txt"]'), "arguments must be a JSON object"),
+        (k2_text("read_file", 0, "{}"), "read_file: missing required argument 'path'"),
+        (k2_text("shred", 0, "{}"), "unknown tool 'shred'"),
+        (
+            f"{CALLS_BEGIN}<|tool_call_begin|>read_file<|tool_call_argument_begin|>{{}}<|tool_call_end|>{CALLS_END}",
+            "does not read functions.NAME:IDX",
+        ),
+        (
+            "<|tool_call_begin|>functions.list_dir:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
+            "must start with",
+        ),
+        (
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="c1", name="list_dir", arguments={"path": 7})],
+            ),
+            "argument 'path' must be a string",
+        ),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c1", "function": {"name": "read_file", "arguments": "{oops"}}
+                ],
+            },
+            "tool call 0",
+        ),
+        (
+            {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"arguments": "{}"}}]},
+            "tool call 0: unreadable call (missing field 'name')",
+        ),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c1", "function": {"name": "move", "arguments": "{}"}}],
+            },
+            "missing required argument 'source'",
+        ),
+    ],
+)
+def test_malformed_calls_become_tool_errors(turn: Any, fragment: str) -> None:
+    env, task = env_for("fs_move_and_read"), first_task("fs_move_and_read")
+    state = env.reset(task)
+    result = env.step(state, turn)
+    assert not result.done and result.observations
+    assert all(obs.role == "tool" and obs.tool_call_id for obs in result.observations)
+    assert any(
+        obs.content.startswith("Error: ") and fragment in obs.content for obs in result.observations
+    ), result
+    assert state.world.model_dump() == env.reset(task).world.model_dump()
+    reward = env.score_state(task, state)
+    assert reward.breakdown["final_state"] == 0.0 and reward.info["tool_errors"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("turn", "done"),
+    [
+        (None, True),
+        ({"role": "assistant", "content": 5}, True),
+        ({"role": "assistant", "tool_calls": "junk"}, False),
+        ({"role": "assistant", "tool_calls": [None, 3]}, False),
+        ("<think>still thinking", True),
+        ("<think>plan</think>Done.<|im_end|>ignored", True),
+    ],
+)
+def test_odd_turns_never_raise(turn: Any, done: bool) -> None:
+    env, task = ToolUseEnv(), first_task("bank_sweep")
+    state = env.reset(task)
+    result = env.step(state, turn)
+    assert result.done is done
+    assert all(obs.content.startswith("Error: ") for obs in result.observations)
+    assert 0.0 <= env.score_state(task, state).value <= 0.1
+
+
+def test_errors_keep_the_episode_going_and_recovery_scores() -> None:
+    env, task = env_for("fs_move_and_read"), first_task("fs_move_and_read")
+    turns = [k2_text("read_file", 0, "{bad"), *reference_messages(task)]
+    reward = env.score_state(task, play(env, task, turns))
+    assert reward.value == pytest.approx(1.0) and reward.info["tool_errors"] == 1
+
+
+def test_calls_without_ids_get_k2_ids_and_call_limit_applies() -> None:
+    env = env_for("fs_move_and_read", max_calls_per_turn=2)
+    state = env.reset(first_task("fs_move_and_read"))
+    calls = [ToolCall(id="", name="list_dir", arguments={}) for _ in range(3)]
+    result = env.step(state, Message(role="assistant", tool_calls=calls))
+    assert [obs.tool_call_id for obs in result.observations] == [
+        f"functions.list_dir:{i}" for i in range(3)
+    ]
+    assert "at most 2 tool calls" in result.observations[2].content and len(state.calls) == 2
+
+
+def test_max_turns_stops_the_episode() -> None:
+    env, task = env_for("fs_delete_tmp", max_turns=2), first_task("fs_delete_tmp")
+    state = env.reset(task)
+    probe = Message(
+        role="assistant",
+        tool_calls=[ToolCall(id="functions.list_dir:0", name="list_dir", arguments={})],
+    )
+    assert not env.step(state, probe).done
+    last = env.step(state, probe)
+    assert last.done and last.observations and state.truncated and state.turns == 2
+    after = env.step(state, probe)
+    assert after.done and not after.observations and len(state.calls) == 2
+    assert env.score_state(task, state).info["truncated"] is True
+
+
+def test_final_answer_without_calls_ends_the_episode() -> None:
+    env, task = ToolUseEnv(), first_task("bank_sweep")
+    state = env.reset(task)
+    result = env.step(state, Message(role="assistant", content="All done!"))
+    assert result.done and not result.observations and not state.truncated
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "I moved it.",
+        "",
+        "<|tool_calls_section_begin|><|tool_call_begin|>",
+        "</think><think><|im_end|>\x00",
+    ],
+)
+def test_single_turn_score_is_robust(response: str) -> None:
+    for template in sorted(TEMPLATES):
+        env, task = env_for(template), first_task(template)
+        reward = env.score(task, response)
+        assert 0.0 <= reward.value <= 0.1 and reward.breakdown["final_state"] == 0.0
+        assert all(reward.breakdown[cp["id"]] == 0.0 for cp in task.answer["checkpoints"])
+
+
+def test_single_turn_score_runs_k2_calls() -> None:
+    env, task = env_for("fs_delete_tmp"), first_task("fs_delete_tmp")
+    deletes = [
+        ToolCall(id=format_call_id(c["name"], i), name=c["name"], arguments=c["arguments"])
+        for i, c in enumerate(task.answer["reference_turns"][1])
+    ]
+    reward = env.score(task, render_assistant_body(Message(role="assistant", tool_calls=deletes)))
+    assert reward.breakdown["final_state"] == 1.0 and reward.breakdown["listed_dir"] == 0.0
+
+
+def test_task_and_state_survive_json_round_trips() -> None:
+    env, task = ToolUseEnv(), first_task("cal_reschedule")
+    assert Task.model_validate_json(task.model_dump_json()) == task
+    messages = reference_messages(task)
+    state = play(env, task, messages[:1])
+    restored = ToolUseState.model_validate(json.loads(state.model_dump_json()))
+    assert restored == state and type(restored.world) is type(state.world)
+    for message in messages[1:]:
+        assert env.step(restored, message) == env.step(state, message)
+    assert env.score_state(task, json.loads(restored.model_dump_json())) == env.score_state(
+        task, state
+    )
+
+
+def test_failure_rate_is_seeded_per_task() -> None:
+    task = first_task("bank_transfer_report")
+
+    def run(rate: float) -> list[str]:
+        state = play(env_for(failure_rate=rate), task, reference_messages(task))
+        return [call.result for call in state.calls]
+
+    assert all("temporary failure" in result for result in run(1.0))
+    assert run(0.5) == run(0.5)
+
+
+def load_golden() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
+
+
+def test_golden_file_covers_the_required_cases() -> None:
+    cases = load_golden()
+    assert len(cases) >= 6 and len({case["id"] for case in cases}) == len(cases)
+    assert {Task.model_validate(case["task"]).metadata["toolset"] for case in cases} == set(
+        TEMPLATES_BY_TOOLSET
+    )
+
+
+@pytest.mark.parametrize("case", load_golden(), ids=lambda case: case["id"])
+def test_golden_replay(case: dict[str, Any]) -> None:
+    env, task = ToolUseEnv(), Task.model_validate(case["task"])
+    state = play(env, task, [Message.from_openai(turn) for turn in case["turns"]])
+    reward = env.score_state(task, state)
+    assert reward.value == pytest.approx(case["expected"], abs=case["tol"])
+    assert reward.breakdown == pytest.approx(case["expected_breakdown"])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"toolsets": ["shop"]},
+        {"templates": ["nope"]},
+        {"toolsets": ["bank"], "templates": ["fs_append_line"]},
+        {"toolsets": []},
+        {"max_turns": 0},
+        {"failure_rate": 2.0},
+        {"surprise": 1},
+    ],
+)
+def test_bad_configs_are_rejected(config: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        ToolUseConfig(**config)
+
+
+def test_toolset_filter_limits_tasks_and_tools() -> None:
+    env = env_for(toolsets=["bank"])
+    assert {task.metadata["toolset"] for task in env.tasks("train", n=20)} == {"bank"}
+    assert {spec.name for spec in env.tools()} == {
+        "list_accounts",
+        "get_balance",
+        "transfer",
+        "pay",
+        "list_transactions",
+    }

@@ -1,0 +1,214 @@
+"""RewardPool: isolation, timeouts with kill + replace, crash recovery, multi-turn items, stats."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from k2post.chat.types import Message, ToolCall
+from k2post.envs import make_environment, registered_environments
+from k2post.envs.workers import DirectScorer, RewardPool, RewardPoolError, ScoreItem
+
+TIMEOUT_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RewardPool(num_workers=2, timeout_s=TIMEOUT_S) as reward_pool:
+        yield reward_pool
+
+
+def _task(env_name: str, index: int = 0, **config):
+    tasks = make_environment(env_name, config).tasks("train", seed=0, n=index + 1)
+    return list(tasks)[index]
+
+
+def test_batch_keeps_order_and_scores(pool):
+    task = _task("toy_echo")
+    responses = [task.answer, "nope", f"say {task.answer}", task.answer]
+    rewards = pool.score_batch([("toy_echo", {}, task, r) for r in responses])
+    assert [r.value for r in rewards] == [1.0, 0.0, 0.5, 1.0]
+    assert rewards[0].breakdown == {"exact": 1.0, "contains": 1.0}
+    assert all(r.error is None for r in rewards)
+
+
+@pytest.mark.parametrize(
+    "response, error",
+    [
+        ("raise", "ValueError: bad response"),
+        ("sysexit", "SystemExit: 1"),
+        ("nan", "ValueError: scorer returned a non-finite reward nan"),
+        ("notreward", "TypeError: scorer returned float, expected Reward"),
+        ("unpicklable", "reward does not pickle: "),
+        ("exit", "reward worker died (exit code 3)"),
+    ],
+)
+def test_failures_become_error_rewards(pool, response, error):
+    task = _task("toy_faulty")
+    reward, after = pool.score_batch([("toy_faulty", {}, task, response), ("toy_faulty", {}, task, "fine")])
+    assert reward.value == 0.0 and reward.error.startswith(error)
+    assert after.value == 1.0 and after.error is None
+
+
+def test_hang_times_out_kills_and_replaces_worker(pool):
+    task = _task("toy_faulty")
+    before = set(pool.worker_pids())
+    restarts = pool.stats.restarts
+    start = time.monotonic()
+    rewards = pool.score_batch([("toy_faulty", {}, task, "hang")] + [("toy_faulty", {}, task, "ok")] * 4)
+    assert time.monotonic() - start < TIMEOUT_S + 10
+    assert rewards[0].error == f"timeout after {TIMEOUT_S}s" and rewards[0].value == 0.0
+    assert [r.value for r in rewards[1:]] == [1.0] * 4
+    assert pool.stats.restarts == restarts + 1 and pool.stats.timeouts >= 1
+    after = set(pool.worker_pids())
+    assert len(after) == 2 and len(before - after) == 1
+    for pid in before - after:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_timeout_kills_the_workers_children_too(pool, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    reward = pool.score(("toy_faulty", {}, _task("toy_faulty"), f"child:{pid_file}"))
+    assert reward.error == f"timeout after {TIMEOUT_S}s"
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child), "the sandbox-like child of a killed worker survived"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_unknown_env_and_bad_config_are_error_rewards(pool):
+    task = _task("toy_echo")
+    unknown, bad_config = pool.score_batch([("toy_ecko", {}, task, "x"), ("toy_echo", {"uper": True}, task, "x")])
+    assert unknown.error == "EnvironmentRegistryError: unknown environment 'toy_ecko' (did you mean 'toy_echo'?)"
+    assert bad_config.error == "ValueError: environment 'toy_echo' config: uper: unknown key (did you mean 'upper'?)"
+
+
+def test_env_instances_are_cached_per_config(pool):
+    task = _task("toy_echo", upper=True)
+    rewards = pool.score_batch([("toy_echo", {"upper": True}, task, task.answer), ("toy_echo", {}, task, task.answer)])
+    assert [r.value for r in rewards] == [1.0, 1.0]  # score only compares with task.answer
+
+
+def test_slow_setup_does_not_count_against_the_call_timeout(pool):
+    task = _task("toy_faulty")
+    reward = pool.score(("toy_faulty", {"setup_delay_s": TIMEOUT_S * 1.5}, task, "ok"))
+    assert reward.value == 1.0 and reward.error is None
+
+
+def test_setup_timeout_is_reported():
+    with RewardPool(num_workers=1, timeout_s=TIMEOUT_S, setup_timeout_s=0.5) as small:
+        reward = small.score(("toy_faulty", {"setup_delay_s": 30}, _task("toy_faulty"), "ok"))
+    assert reward.error == "environment setup timed out after 0.5s"
+
+
+def test_multi_turn_items_replay_turns_and_score_states(pool):
+    task = _task("toy_counter", index=1)  # target 4
+    add = {"role": "assistant", "tool_calls": [{"id": "functions.add:0", "name": "add", "arguments": {"n": 4}}]}
+    replayed, single, state, wrong_kind = pool.score_batch([
+        ScoreItem("toy_counter", task, turns=[add, {"role": "assistant", "content": "done"}]),
+        ScoreItem("toy_counter", task, response="no tools"),
+        ScoreItem("toy_counter", task, state={"total": 4, "turns": 2}),
+        ScoreItem("toy_echo", _task("toy_echo"), turns=[add]),
+    ])
+    assert (replayed.value, single.value, state.value) == (1.0, -1.0, 1.0)
+    assert wrong_kind.error == "TypeError: environment 'toy_echo' is single-turn: give a response, not turns"
+
+
+def test_errors_use_the_reward_range_minimum(pool):
+    task = _task("toy_counter")
+    done_early = [{"role": "assistant", "content": "stop"}, {"role": "assistant", "content": "more"}]
+    reward = pool.score(ScoreItem("toy_counter", task, turns=done_early))
+    assert reward.value == -1.0 and "episode ended after turn 0" in reward.error
+
+
+def test_unpicklable_item_is_an_error_not_a_crash(pool):
+    reward = pool.score(ScoreItem("toy_counter", _task("toy_counter"), state={"fn": lambda: 1}))
+    assert reward.error.startswith("score item does not pickle")
+
+
+def test_direct_scorer_matches_pool(pool):
+    task = _task("toy_boxed_sum")
+    items = [("toy_boxed_sum", {}, task, r) for r in [f"\\boxed{{{task.answer}}}", "\\boxed{-1}", "none", "\\boxed{"]]
+    direct = DirectScorer().score_batch(items)
+    assert [r.value for r in direct] == [r.value for r in pool.score_batch(items)] == [1.0, 0.0, 0.0, 0.0]
+    assert DirectScorer().score(("toy_faulty", {}, _task("toy_faulty"), "raise")).error == "ValueError: bad response"
+
+
+def test_stats_and_close():
+    small = RewardPool(num_workers=1, timeout_s=5)
+    task = _task("toy_echo")
+    small.score_batch([("toy_echo", {}, task, "x")] * 20)
+    assert small.stats.scored == 20 and small.stats.scores_per_s > 0 and small.stats.workers == 1
+    pids = small.worker_pids()
+    small.close()
+    small.close()
+    assert all(not _alive(pid) for pid in pids)
+    with pytest.raises(RewardPoolError, match="closed"):
+        small.score_batch([("toy_echo", {}, task, "x")])
+
+
+def test_bad_pool_arguments():
+    with pytest.raises(ValueError, match="num_workers"):
+        RewardPool(num_workers=0)
+    with pytest.raises(ValueError, match="timeouts"):
+        RewardPool(timeout_s=0)
+
+
+@pytest.mark.skipif("math" not in registered_environments(), reason="math gym not in this checkout")
+def test_math_verify_scores_in_workers(pool):
+    task = _task("math")
+    rewards = pool.score_batch([("math", {}, task, f"So \\boxed{{{task.answer}}}"), ("math", {}, task, "\\boxed{\\frac{1}{0}}")])
+    assert rewards[0].value == 1.0 and rewards[0].error is None
+    assert rewards[1].value == 0.0 and rewards[1].error is None
+
+
+def test_tool_call_messages_replay_from_typed_messages(pool):
+    task = _task("toy_counter")  # target 3
+    call = Message(role="assistant", tool_calls=[ToolCall(id="functions.add:0", name="add", arguments={"n": 3})])
+    reward = pool.score(ScoreItem("toy_counter", task, turns=[call, Message(role="assistant", content="ok")]))
+    assert reward.value == 1.0
+
+
+@pytest.mark.slow
+def test_throughput_benchmark_ends_with_json():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "reward_throughput.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"direct_scores_per_s", "pool_scores_per_s", "workers"} <= set(figures)
+    assert figures["pool_scores_per_s"] > 0
+
+
+def test_interrupted_batch_leaves_no_stale_results(pool, monkeypatch):
+    task = _task("toy_faulty")
+    original = pool._poll
+    calls = {"n": 0}
+
+    def interrupt_once(items, results):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        return original(items, results)
+
+    monkeypatch.setattr(pool, "_poll", interrupt_once)
+    with pytest.raises(KeyboardInterrupt):
+        pool.score_batch([("toy_faulty", {}, task, "raise")] * 2)
+    rewards = pool.score_batch([("toy_faulty", {}, task, "ok")] * 3)
+    assert [(r.value, r.error) for r in rewards] == [(1.0, None)] * 3
