@@ -511,11 +511,11 @@ def _fmt_yes(ok: bool) -> str:
     return "yes" if ok else "**NO**"
 
 
-def _report(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -> dict:
+def _figures(nbytes: int, args, mem: dict, res: dict) -> dict:
+    """The JSON figures (rounded)."""
     gb = nbytes / 1e9
     eng, disk, bcast = res["engine"], res["disk"], res["bcast"]
     m1, mall, m2py = mem["memcpy_1thread_s"], mem["memcpy_all_threads_s"], mem["memcpy_2pythreads_s"]
-    nthr = mem["default_threads"]
 
     def rate(sec: float) -> float:
         return gb / sec
@@ -561,6 +561,18 @@ def _report(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -> dict:
         figures["disk_cold_gbps"] = rate(res["disk_fsync"]["s"])
         figures["speedup_vs_disk_cold"] = res["disk_fsync"]["s"] / eng["s"]
     figures = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in figures.items()}
+    return figures
+
+
+def _print_main_table(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -> None:
+    """Header and the per-method table."""
+    gb = nbytes / 1e9
+    disk, bcast = res["disk"], res["bcast"]
+    m1, mall, m2py = mem["memcpy_1thread_s"], mem["memcpy_all_threads_s"], mem["memcpy_2pythreads_s"]
+    nthr = mem["default_threads"]
+
+    def rate(sec: float) -> float:
+        return gb / sec
 
     print(f"## Weight push: {gb:.3f} GB of bf16 ({n_tensors} tensors, 7B-class shapes), trainer process -> "
           "receiver process (copies into preallocated tensors)\n")
@@ -594,6 +606,16 @@ def _report(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -> dict:
         row("same, cold: fsync + evict from page cache before the load", res["disk_fsync"]["s"], threads=nthr,
             ok=res["disk_fsync"]["identical"])
     row("torch.distributed.broadcast per tensor (gloo, 2 ranks)", bcast["s"], threads=nthr, ok=bcast["identical"])
+
+
+def _print_stages(nbytes: int, args, mem: dict, res: dict, figures: dict) -> None:
+    """Per-stage, per-tensor and summary lines."""
+    gb = nbytes / 1e9
+    eng, disk = res["engine"], res["disk"]
+
+    def rate(sec: float) -> float:
+        return gb / sec
+
     print("\nEngine stages per row (medians): the receiver's time inside `load` (shm -> preallocated tensors), the "
           "sender's time blocked on acks; the rest of the receiver's time is waiting for buckets and reassembling "
           "tensors split across buckets (into a buffer reused across updates, then `load` copies it again).\n")
@@ -620,6 +642,13 @@ def _report(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -> dict:
     print(f"Goals: >= 0.8x memcpy (1 thread): {figures['ratio_vs_memcpy']:.2f}x; >= 10x disk: "
           f"{figures['speedup_vs_disk']:.1f}x. Against memcpy with all threads: "
           f"{figures['ratio_vs_memcpy_all_threads']:.2f}x.\n")
+
+
+def _report(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -> dict:
+    """Print the tables; return the JSON figures."""
+    figures = _figures(nbytes, args, mem, res)
+    _print_main_table(nbytes, n_tensors, args, mem, res)
+    _print_stages(nbytes, args, mem, res, figures)
     return figures
 
 
