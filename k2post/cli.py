@@ -6,6 +6,7 @@
     k2post demo configs/demo.yaml [key.path=value ...]
     k2post envs list
     k2post envs test [NAME ...] [--golden PATH] [--isolated]
+    k2post serve MODEL_DIR [--port 8000] [--api-key KEY] [--host 127.0.0.1]
 
 Later issues add `sft`, `rl`, `synth`, `eval`, `envs` and `serve` as further subcommands
 (each one registers a parser in `_SUBCOMMANDS`). Config and input errors print one line
@@ -15,6 +16,7 @@ and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Callable
 
@@ -84,11 +86,39 @@ def _add_envs_parser(sub: argparse._SubParsersAction) -> None:
     add_envs_parser(sub)
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from k2post.llm.serve import ServerStartError, serve_config_from_args, start_server
+
+    cfg = serve_config_from_args(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `finally` below then stops the server
+    try:
+        handle = start_server(cfg)
+    except ServerStartError as err:
+        print(f"k2post: error: {err}", file=sys.stderr)
+        return 1
+    print(f"serving {cfg.model_dir} at {handle.base_url} (pid {handle.pid}, log {handle.log_path}); Ctrl-C stops", flush=True)
+    try:
+        return handle.process.wait() if handle.process is not None else 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        handle.stop()
+
+
+def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    from k2post.llm.serve import add_serve_arguments
+
+    serve = sub.add_parser("serve", help="serve a checkpoint with vLLM's OpenAI-compatible server")
+    add_serve_arguments(serve)
+    serve.set_defaults(func=_cmd_serve)
+
+
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_model_parser,
     _add_config_parser,
     _add_demo_parser,
     _add_envs_parser,
+    _add_serve_parser,
 ]
 
 

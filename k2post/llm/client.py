@@ -9,6 +9,10 @@ server, an in-process engine, a scripted fake in tests):
 
     isinstance(Echo(), LLMClient)   # True (runtime-checkable)
 
+Clients that can also return the whole assistant turn (tool calls, finish reason, token usage)
+implement `ToolLLMClient.chat_result(messages, tools=None, **kw) -> ChatResult`
+(`k2post.llm.http_client.HTTPLLMClient` does both).
+
 Components that are rebuilt from plain configs in other processes (reward workers) name a
 client factory as `"package.module:callable"`; `load_client_factory` imports it and calls it
 with no arguments.
@@ -17,9 +21,10 @@ with no arguments.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from k2post.chat.types import Message
+from k2post.chat.types import Message, ToolSpec
 
 
 @runtime_checkable
@@ -28,6 +33,36 @@ class LLMClient(Protocol):
 
     def chat(self, messages: list[Message], **kw: Any) -> str:
         """The assistant's reply text to `messages`."""
+        ...
+
+
+class LLMClientError(RuntimeError):
+    """A chat call failed: transport error after retries, non-200 status, or a malformed reply."""
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """One assistant turn: the parsed message, why generation stopped, and token counts.
+
+    `raw_text` is the text as the model wrote it (special tokens kept when the server allows);
+    `parse_errors` lists problems found while reading tool calls out of that text.
+    """
+
+    message: Message
+    finish_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    raw_text: str = ""
+    parse_errors: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class ToolLLMClient(LLMClient, Protocol):
+    """An `LLMClient` that can also offer tools and return the full turn as a `ChatResult`."""
+
+    def chat_result(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **kw: Any
+    ) -> ChatResult:
+        """The assistant's whole turn (content, tool calls, finish reason, usage)."""
         ...
 
 

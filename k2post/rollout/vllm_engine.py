@@ -6,6 +6,10 @@ returns the sampled ids with their log-probs, which the RL loss needs.
 
     engine = VLLMEngine("artifacts/models/tiny-qwen2", VLLMEngineConfig())
     outs = engine.generate([[2, 17, 3]], SamplingConfig(temperature=0, max_tokens=16))
+    engine.load_weights([("model.norm.weight", w), ...])  # in-place push, HF names
+
+On CPU the engine is built with `k2post.rollout.vllm_cpu_patch` applied (keeps the unpacked
+linear weights so in-place pushes work; see that module for the memory cost).
 """
 
 from __future__ import annotations
@@ -52,6 +56,11 @@ class VLLMEngine:
 
         self.cfg = cfg
         self.model_path = str(model_path)
+        self.cpu_patched = on_cpu()
+        if self.cpu_patched:
+            from k2post.rollout.vllm_cpu_patch import apply_cpu_weight_patch
+
+            apply_cpu_weight_patch()  # before LLM(...): the dispatch runs at weight-load time
         self.llm = LLM(
             model=self.model_path,
             dtype=cfg.dtype,
@@ -62,6 +71,22 @@ class VLLMEngine:
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             distributed_executor_backend="uni",
         )
+
+    def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
+        """Copy HF-named tensors into the live model in place, then reset the prefix cache.
+
+        Tensors may be views of a buffer that is reused afterwards: they are copied before this
+        returns. Returns the number of tensors loaded.
+        """
+        from k2post.rollout.weight_update import push_weights
+
+        return push_weights(self.llm, list(named_tensors), repack=self.cpu_patched)
+
+    update_weights_from_tensors = load_weights
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop cached KV blocks (they were computed with the previous weights)."""
+        return bool(self.llm.reset_prefix_cache())
 
     def generate(self, prompts_ids: list[list[int]], sampling: SamplingConfig) -> list[list[Generation]]:
         """Sample `sampling.n` responses per prompt. Returns [len(prompts)][n] generations."""

@@ -1,0 +1,160 @@
+"""In-place weight pushes into a live vLLM engine (CPU build) on the tiny Qwen2.
+
+Engine A is built from the tiny model, every tensor is perturbed (seeded noise x0.05) and pushed
+into A in place; A must then generate exactly what a fresh engine B built from the perturbed
+checkpoint generates, with bit-identical parameters. A second push through a real
+checkpoint_engine WeightSender -> WeightReceiver pair gives the same result, and pushing the
+original tensors back restores the original outputs and parameters.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from k2post.rollout import vllm_cpu_patch
+
+NOISE = 0.05
+MAX_NEW_TOKENS = 12
+# At least 5 tokens each: bf16 prefill of 1-4 tokens crashed the CPU build here.
+PROMPTS = [[2, 17, 3, 40, 41, 42, 99], [17, 3, 99, 124, 7], [5, 6, 7, 8, 9, 10, 11], [200, 31, 64, 12, 13]]
+
+
+def _perturb(tensors: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """Add seeded noise to every tensor; all-zero rows (vocab padding) stay zero."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name in sorted(tensors):
+        t = tensors[name]
+        noise = torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.dtype) * NOISE
+        if t.ndim == 2:
+            noise = noise * (t.abs().sum(dim=1, keepdim=True) != 0)
+        out[name] = (t + noise).contiguous()
+    return out
+
+
+@pytest.fixture(scope="module")
+def original_tensors(tiny_qwen2_dir) -> dict[str, torch.Tensor]:
+    return load_file(str(Path(tiny_qwen2_dir) / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def perturbed_dir(tiny_qwen2_dir, original_tensors, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("perturbed") / "tiny-qwen2-perturbed"
+    shutil.copytree(tiny_qwen2_dir, out)
+    save_file(_perturb(original_tensors, seed=1), str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def _engine(path, dtype: str):
+    from k2post.rollout.config import VLLMEngineConfig
+    from k2post.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(path, VLLMEngineConfig(dtype=dtype, max_model_len=256, max_num_seqs=8))
+
+
+def _greedy(engine) -> list[list[int]]:
+    from k2post.rollout.config import SamplingConfig
+
+    sampling = SamplingConfig(temperature=0.0, max_tokens=MAX_NEW_TOKENS)
+    return [g[0].token_ids for g in engine.generate(PROMPTS, sampling)]
+
+
+def _assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].shape == b[name].shape and a[name].numel() > 0, name
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_push_equals_fresh_engine_and_checkpoint_engine_push(tiny_qwen2_dir, original_tensors, perturbed_dir, dtype):
+    from k2post.rollout.weight_update import model_state
+
+    engine_a = _engine(tiny_qwen2_dir, dtype)
+    before, state_before = _greedy(engine_a), model_state(engine_a.llm)
+    perturbed = load_file(str(perturbed_dir / "model.safetensors"))
+
+    _push_through_checkpoint_engine(engine_a, perturbed)  # real sender -> receiver -> engine
+    after_ce, state_ce = _greedy(engine_a), model_state(engine_a.llm)
+    assert after_ce != before
+    assert engine_a.load_weights(sorted(original_tensors.items())) == len(original_tensors)
+    assert _greedy(engine_a) == before  # the push is reversible: back to the original weights
+    _assert_same_params(state_before, model_state(engine_a.llm))
+
+    t0 = time.perf_counter()
+    engine_a.load_weights(sorted(perturbed.items()))
+    print(f"\npush (load_weights, tiny-qwen2, {dtype}): {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    after, state_after = _greedy(engine_a), model_state(engine_a.llm)
+    assert after == after_ce
+    _assert_same_params(state_after, state_ce)
+
+    # Two engines share vLLM's process-global parallel state: keep A alive until B is built and
+    # tear both down together at the end (deleting B first would break A).
+    engine_b = _engine(perturbed_dir, dtype)
+    assert _greedy(engine_b) == after
+    _assert_same_params(state_after, model_state(engine_b.llm))
+    del engine_a, engine_b
+    gc.collect()
+
+
+def _push_through_checkpoint_engine(engine, tensors: dict[str, torch.Tensor]) -> None:
+    """One update: WeightSender (this thread) -> WeightReceiver (a thread) -> engine.load_weights."""
+    from checkpoint_engine import CheckpointEngineConfig, WeightReceiver, WeightSender
+
+    from k2post.rollout.weight_update import make_vllm_load_fn
+
+    cfg = CheckpointEngineConfig(bucket_nbytes=1 << 20, timeout_s=60.0)
+    with WeightSender(cfg) as sender:
+        for name in sorted(tensors):
+            sender.register(name, tensors[name])
+        errors: list[BaseException] = []
+        receiver = WeightReceiver(sender.address, make_vllm_load_fn(engine), timeout_s=60.0)
+
+        def receive() -> None:
+            try:
+                with receiver:
+                    receiver.run_update()
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        thread = threading.Thread(target=receive)
+        thread.start()
+        stats = sender.push()
+        thread.join(timeout=60)
+    assert not errors and not thread.is_alive()
+    assert stats.n_tensors == len(tensors)
+
+
+def test_version_check_fails_loudly_and_can_be_overridden(monkeypatch):
+    monkeypatch.delenv(vllm_cpu_patch.OVERRIDE_ENV, raising=False)
+    assert vllm_cpu_patch.check_vllm_version("0.32.0+cpu") == "0.32.0+cpu"
+    with pytest.raises(vllm_cpu_patch.UntestedVLLMError, match="0.32.0.*K2POST_ALLOW_UNTESTED_VLLM=1"):
+        vllm_cpu_patch.check_vllm_version("0.99.0")
+    monkeypatch.setenv(vllm_cpu_patch.OVERRIDE_ENV, "1")
+    assert vllm_cpu_patch.check_vllm_version("0.99.0") == "0.99.0"
+
+
+def test_patch_keeps_weight_and_repack_follows_updates():
+    vllm_cpu_patch.apply_cpu_weight_patch()
+    assert vllm_cpu_patch.is_applied() and not vllm_cpu_patch.apply_cpu_weight_patch()
+    import vllm.model_executor.layers.utils as utils
+
+    layer = torch.nn.Linear(64, 32, bias=False)
+    layer.weight.requires_grad_(False)
+    utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+    assert layer.weight.shape == (32, 64)
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(layer.cpu_linear(x, layer.weight, None), x @ layer.weight.T)
+    layer.weight.copy_(torch.randn(32, 64))
+    assert vllm_cpu_patch.repack_cpu_linears(layer) == 1
+    torch.testing.assert_close(layer.cpu_linear(x, layer.weight, None), x @ layer.weight.T)
+    assert vllm_cpu_patch.empty_cpu_linears(layer) == []
