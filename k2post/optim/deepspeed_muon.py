@@ -51,6 +51,7 @@ from k2post.optim.muon import (
     muon_direction,
     muon_step_,
     orthogonalize_many,
+    run_closure,
     rms_factor,
 )
 from k2post.optim.param_groups import ParamSpecError, build_param_groups
@@ -182,10 +183,7 @@ class ZeroMuonClip(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         """One step over the (DeepSpeed-selected) param groups; returns the closure's loss if given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         for group in self.param_groups:
             for param in group["params"]:
                 bound = self._flats.get(id(param))

@@ -196,6 +196,14 @@ def orthogonalize_many(directions: list[Tensor], steps: int = 5, eps: float = 1e
     return [chunk.reshape(d.shape) for chunk, d in zip(chunks, directions)]  # views, no copies
 
 
+def run_closure(closure: Callable[[], Tensor] | None) -> Tensor | None:
+    """The loss of an optimizer's `step(closure)` argument, computed with grad enabled (None if no closure)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class MuonClip(torch.optim.Optimizer):
     """One optimizer, two kinds of param groups: `use_muon=True` (Muon) and `False` (AdamW).
 
@@ -243,10 +251,7 @@ class MuonClip(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         """One optimizer step over all groups; returns the closure's loss if one is given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         for group in self.param_groups:
             if group["use_muon"]:
                 self._muon_group_step(group)

@@ -135,7 +135,8 @@ def test_score_never_raises(env, response):
 
 
 def test_hf_dataset_on_disk(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     rows = {"question": [f"What is {i} + 1?" for i in range(40)], "answer": [f"work\n#### {i + 1}" for i in range(40)]}
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "ds"))
     env = MathEnv(MathConfig(hf_dataset_path=str(tmp_path / "ds"), hf_test_fraction=0.25))
