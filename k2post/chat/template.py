@@ -239,9 +239,22 @@ def render_ids(
     1 on each assistant body and its closing `<|im_end|>`, 0 on headers and other roles."""
     checked = as_messages(messages)
     validate_dialogue(checked)
-    pieces = _pieces(
-        _labelled_segments(_framed_bodies(checked, as_tools(tools)), add_generation_prompt)
-    )
+    framed = _framed_bodies(checked, as_tools(tools))
+    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
+
+
+def render_continuation_ids(
+    tokenizer: ChatTokenizer, messages: Sequence[Message], add_generation_prompt: bool = True
+) -> RenderedChat:
+    """Token ids of messages that continue an already tokenized dialogue (tool results, user
+    replies in a rollout), framed exactly as `render_ids` frames them; the call ids they answer
+    live in the earlier part, so they are not validated here."""
+    framed = [(message.role, render_body(message)) for message in messages]
+    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
+
+
+def _tokenize_pieces(tokenizer: ChatTokenizer, pieces: Sequence[tuple[str, int]]) -> RenderedChat:
+    """Ids and mask of labelled pieces: special tokens map to their id, the rest is tokenized."""
     special_ids = special_token_ids(tokenizer)
     plain = [piece for piece, _ in pieces if piece not in special_ids]
     plain_ids = iter(tokenizer(plain, add_special_tokens=False)["input_ids"] if plain else [])

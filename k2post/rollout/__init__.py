@@ -1,1 +1,2 @@
-"""Rollout side: the policy's generation engine (vLLM in-process) and its configs."""
+"""Rollout side: the `RolloutEngine` seam and its vLLM backend (in-process, weight pushes, sleep),
+agentic multi-turn rollouts with partial rollout, and the Ray `RolloutActor`. See docs/ROLLOUT.md."""

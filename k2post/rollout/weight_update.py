@@ -1,12 +1,14 @@
 """In-place weight updates of a live in-process vLLM engine (no disk, no rebuild).
 
 The trainer's tensors arrive as `list[(name, tensor)]` in HF checkpoint naming. They are handed
-to vLLM's worker through `LLM.collective_rpc` (with `VLLM_ENABLE_V1_MULTIPROCESSING=0` and the
-"uni" executor the worker lives in this process, so tensors pass by reference), where the
-model's own `load_weights` copies them (rounded to the engine dtype) into its parameters
-(stacking q/k/v, gate/up, ...). On
-CPU the packed GEMM copies are then rebuilt (see `k2post.rollout.vllm_cpu_patch`). Finally the
-prefix cache is reset, since cached KV blocks were computed with the old weights.
+to vLLM's worker through `LLM.collective_rpc` and k2post's worker extension
+(`k2post.rollout.worker_extension`; with `VLLM_ENABLE_V1_MULTIPROCESSING=0` and the "uni"
+executor the worker lives in this process, so tensors pass by reference), where the
+model's own `load_weights` copies them (rounded to each parameter's dtype) into its parameters
+(stacking q/k/v, gate/up, experts, ...). On CPU the packed GEMM copies of linears and fused MoE
+experts are then rebuilt (see `k2post.rollout.vllm_cpu_patch`). The caller resets the prefix cache
+once the whole update is in (`VLLMEngine.weight_update()` does), since cached KV blocks were
+computed with the old weights.
 
     engine.load_weights(named_tensors)                      # VLLMEngine method
     rx = WeightReceiver(address, make_vllm_load_fn(engine))  # checkpoint_engine receiver side
@@ -27,54 +29,72 @@ class WeightUpdateError(RuntimeError):
     """A push could not be applied to the engine's model."""
 
 
-def _worker_model(worker) -> torch.nn.Module:
+def worker_model(worker) -> torch.nn.Module:
+    """The model inside a vLLM worker (v1 workers expose get_model())."""
     return worker.get_model() if hasattr(worker, "get_model") else worker.model_runner.model
+
+
+def in_place_problems(model: torch.nn.Module, cpu: bool) -> list[str]:
+    """Why in-place pushes cannot work on this built model (empty list: they can)."""
+    if not cpu:
+        return []
+    problems = []
+    empty = vllm_cpu_patch.empty_cpu_linears(model)
+    if empty:
+        problems.append(
+            f"{len(empty)} CPU linear weights were emptied after loading (e.g. {empty[0]}): by the CPU GEMM "
+            "dispatch (apply k2post.rollout.vllm_cpu_patch.apply_cpu_weight_patch() before building the "
+            "engine) or by an MLA attention backend that absorbs kv_b_proj (build with disable_mla: true)"
+        )
+    packed = vllm_cpu_patch.packed_experts_without_copy(model)
+    if packed:
+        problems.append(
+            f"{len(packed)} CPU-packed MoE layers keep no unpacked copy (e.g. {packed[0]}): apply "
+            "k2post.rollout.vllm_cpu_patch.apply_cpu_moe_patch() before building the engine"
+        )
+    return problems
 
 
 def load_into_model(model: torch.nn.Module, named: Iterable[tuple[str, torch.Tensor]], repack: bool) -> int:
     """Copy HF-named tensors into a vLLM model in place. Returns how many tensors were given."""
     named = list(named)
-    empty = vllm_cpu_patch.empty_cpu_linears(model) if repack else []
-    if empty:
-        raise WeightUpdateError(
-            f"{len(empty)} CPU linear weights were emptied after loading (e.g. {empty[0]}): by the CPU GEMM "
-            "dispatch (apply k2post.rollout.vllm_cpu_patch.apply_cpu_weight_patch() before building the "
-            "engine) or by an attention backend that absorbs them (MLA): in-place pushes are unsupported there"
-        )
-    with torch.no_grad():
-        model.load_weights(iter(named))  # the weight loaders copy: views may be reused afterwards
-        if repack:
-            vllm_cpu_patch.repack_cpu_linears(model)
+    problems = in_place_problems(model, cpu=repack)
+    if problems:
+        raise WeightUpdateError("in-place push unsupported: " + "; ".join(problems))
+    experts = vllm_cpu_patch.unpacked_expert_layers(model, [n for n, _ in named]) if repack else []
+    vllm_cpu_patch.swap_in_unpacked_experts(experts)
+    try:
+        with torch.no_grad():
+            model.load_weights(iter(named))  # the weight loaders copy: views may be reused afterwards
+    finally:
+        if repack:  # also after a failed load: never leave plain-layout tensors where packed ones belong
+            vllm_cpu_patch.repack_cpu_experts(experts)
+    if repack:
+        vllm_cpu_patch.round_widened_params(model)
+        vllm_cpu_patch.repack_cpu_linears(model)
     return len(named)
 
 
-def cast_to_engine_dtype(named: NamedTensors, dtype: torch.dtype) -> NamedTensors:
-    """Round floating tensors to the engine dtype first, as vLLM's checkpoint loader does.
-
-    Needed where a parameter was widened after loading (the CPU bf16 GEMM keeps the bias in
-    fp32): copying an fp32 trainer tensor straight in would skip the bf16 rounding.
-    """
-    return [(n, t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t) for n, t in named]
-
-
-def _rpc_load(worker, named: NamedTensors, repack: bool) -> int:
-    """Runs inside the vLLM worker (`collective_rpc` passes the worker as first argument)."""
-    named = cast_to_engine_dtype(named, worker.vllm_config.model_config.dtype)
-    return load_into_model(_worker_model(worker), named, repack)
+def engine_in_place_problems(llm, cpu: bool) -> list[str]:
+    """`in_place_problems` of the model inside a vLLM `LLM` (through the k2post worker extension)."""
+    return list(llm.collective_rpc("k2post_in_place_problems", args=(cpu,))[0])
 
 
 def push_weights(llm, named: NamedTensors, repack: bool) -> int:
-    """Load `named` into every worker of a vLLM `LLM`, then reset its prefix cache."""
-    counts = llm.collective_rpc(_rpc_load, args=(list(named), repack))
-    llm.reset_prefix_cache()
+    """Load `named` into every worker of a vLLM `LLM` (the caller resets the prefix cache).
+
+    Tensors are copied in as they come: each weight loader's `copy_` rounds them to the
+    parameter's dtype, exactly as loading a checkpoint with those tensors would."""
+    counts = llm.collective_rpc("k2post_load_weights", args=(list(named), repack))
     return int(counts[0]) if counts else 0
 
 
 def make_vllm_load_fn(engine) -> Callable[[NamedTensors], None]:
     """A `checkpoint_engine.WeightReceiver` load callback that pushes each bucket into `engine`.
 
-    The receiver's tensors are zero-copy views of its IPC buffer; the model's weight loaders
-    copy them into the parameters before the callback returns, so the buffer may be reused.
+    The receiver's tensors are zero-copy views of its IPC buffer; they are copied (into the
+    model, or into the rebuild staging state) before the callback returns, so the buffer may be
+    reused. Wrap the receive in `engine.weight_update()` so the update is applied as one.
     """
 
     def load(batch: NamedTensors) -> None:

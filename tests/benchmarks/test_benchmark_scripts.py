@@ -15,6 +15,7 @@ CASES = {
     "muon_step.py": (["--quick"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
+    "rollout.py": (["--quick"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
     "weight_sync.py": (
         ["--quick", "--small-tensors", "0"],
         {"bytes", "engine_gbps", "memcpy_gbps", "disk_gbps", "per_tensor_bcast_gbps", "ratio_vs_memcpy", "speedup_vs_disk"},

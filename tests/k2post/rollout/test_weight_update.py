@@ -1,10 +1,12 @@
-"""In-place weight pushes into a live vLLM engine (CPU build) on the tiny Qwen2.
+"""Weight pushes into a live vLLM engine (CPU build): tiny Qwen2 and the tiny K2-shaped model.
 
 Engine A is built from the tiny model, every tensor is perturbed (seeded noise x0.05) and pushed
-into A in place; A must then generate exactly what a fresh engine B built from the perturbed
-checkpoint generates, with bit-identical parameters. A second push through a real
-checkpoint_engine WeightSender -> WeightReceiver pair gives the same result, and pushing the
-original tensors back restores the original outputs and parameters.
+into A; A must then generate exactly what a fresh engine B built from the perturbed checkpoint
+generates, with bit-identical parameters. Tiny Qwen2: in place, through a real checkpoint_engine
+WeightSender -> WeightReceiver pair and directly; pushing the original tensors back restores the
+original outputs and parameters. Tiny K2 (MLA + MoE): in place with MLA disabled (the CPU default:
+the MoE patch refreshes the packed experts), and the automatic rebuild fallback when the MLA kernels
+absorb kv_b_proj.
 """
 
 from __future__ import annotations
@@ -45,19 +47,34 @@ def original_tensors(tiny_qwen2_dir) -> dict[str, torch.Tensor]:
     return load_file(str(Path(tiny_qwen2_dir) / "model.safetensors"))
 
 
-@pytest.fixture(scope="module")
-def perturbed_dir(tiny_qwen2_dir, original_tensors, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("perturbed") / "tiny-qwen2-perturbed"
-    shutil.copytree(tiny_qwen2_dir, out)
-    save_file(_perturb(original_tensors, seed=1), str(out / "model.safetensors"), metadata={"format": "pt"})
+def _perturbed_copy(model_dir: Path, out: Path) -> Path:
+    shutil.copytree(model_dir, out)
+    tensors = load_file(str(Path(model_dir) / "model.safetensors"))
+    save_file(_perturb(tensors, seed=1), str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
 
 
-def _engine(path, dtype: str):
+@pytest.fixture(scope="module")
+def perturbed_dir(tiny_qwen2_dir, tmp_path_factory) -> Path:
+    return _perturbed_copy(tiny_qwen2_dir, tmp_path_factory.mktemp("perturbed") / "tiny-qwen2-perturbed")
+
+
+@pytest.fixture(scope="module")
+def perturbed_k2_dir(tiny_k2_dir, tmp_path_factory) -> Path:
+    return _perturbed_copy(tiny_k2_dir, tmp_path_factory.mktemp("perturbed") / "tiny-k2-perturbed")
+
+
+def _engine(path, dtype: str, **cfg):
     from k2post.rollout.config import VLLMEngineConfig
     from k2post.rollout.vllm_engine import VLLMEngine
 
-    return VLLMEngine(path, VLLMEngineConfig(dtype=dtype, max_model_len=256, max_num_seqs=8))
+    return VLLMEngine(path, VLLMEngineConfig(dtype=dtype, max_model_len=256, max_num_seqs=8, **cfg))
+
+
+def _close(*engines) -> None:
+    for engine in engines:
+        engine.close()
+    gc.collect()
 
 
 def _greedy(engine) -> list[list[int]]:
@@ -102,12 +119,50 @@ def test_push_equals_fresh_engine_and_checkpoint_engine_push(tiny_qwen2_dir, ori
     engine_b = _engine(perturbed_dir, dtype)
     assert _greedy(engine_b) == after
     _assert_same_params(state_after, model_state(engine_b.llm))
-    del engine_a, engine_b
-    gc.collect()
+    assert engine_a.weights_version == 3  # one per update: the bucketed push counts once
+    _close(engine_b, engine_a)
 
 
-def _push_through_checkpoint_engine(engine, tensors: dict[str, torch.Tensor]) -> None:
-    """One update: WeightSender (this thread) -> WeightReceiver (a thread) -> engine.load_weights."""
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tiny_k2_in_place_push_equals_fresh_engine(tiny_k2_dir, perturbed_k2_dir, dtype):
+    from k2post.rollout.weight_update import model_state
+
+    engine_a = _engine(tiny_k2_dir, dtype)  # CPU default: MLA disabled, MoE experts patched
+    assert engine_a.weight_update_mode == "in_place"
+    before = _greedy(engine_a)
+    _push_through_checkpoint_engine(engine_a, load_file(str(perturbed_k2_dir / "model.safetensors")), via="receive_update")
+    after, state = _greedy(engine_a), model_state(engine_a.llm)
+    assert after != before
+    engine_b = _engine(perturbed_k2_dir, dtype)
+    assert _greedy(engine_b) == after
+    _assert_same_params(state, model_state(engine_b.llm))  # packed experts included
+    _close(engine_b, engine_a)
+
+
+@pytest.mark.slow
+def test_tiny_k2_with_mla_kernels_rebuilds_from_shared_memory(tiny_k2_dir, perturbed_k2_dir, tmp_path):
+    from k2post.rollout.weight_update import WeightUpdateError
+
+    shm = tmp_path / "shm"
+    engine_a = _engine(tiny_k2_dir, "bfloat16", disable_mla=False, shm_dir=str(shm))
+    assert engine_a.weight_update_mode == "rebuild"  # the MLA kernels absorbed kv_b_proj
+    before = _greedy(engine_a)
+    _push_through_checkpoint_engine(engine_a, load_file(str(perturbed_k2_dir / "model.safetensors")), via="receive_update")
+    assert engine_a.weights_version == 1 and Path(engine_a.llm.llm_engine.model_config.model).is_relative_to(shm)
+    after = _greedy(engine_a)
+    assert after != before
+    engine_b = _engine(perturbed_k2_dir, "bfloat16", disable_mla=False, shm_dir=str(shm))
+    assert _greedy(engine_b) == after
+    _close(engine_b, engine_a)
+    assert list(shm.iterdir()) == []  # the shared-memory checkpoints are gone
+    with pytest.raises(WeightUpdateError, match="in_place is not possible.*kv_b_proj.*weight_update: auto"):
+        _engine(tiny_k2_dir, "bfloat16", disable_mla=False, weight_update="in_place")
+
+
+def _push_through_checkpoint_engine(engine, tensors: dict[str, torch.Tensor], via: str = "load_fn") -> None:
+    """One update: WeightSender (this thread) -> WeightReceiver (a thread) -> the engine, either
+    through `make_vllm_load_fn(engine)` or `engine.receive_update` (receiver in the vLLM worker)."""
     from checkpoint_engine import CheckpointEngineConfig, WeightReceiver, WeightSender
 
     from k2post.rollout.weight_update import make_vllm_load_fn
@@ -117,11 +172,14 @@ def _push_through_checkpoint_engine(engine, tensors: dict[str, torch.Tensor]) ->
         for name in sorted(tensors):
             sender.register(name, tensors[name])
         errors: list[BaseException] = []
-        receiver = WeightReceiver(sender.address, make_vllm_load_fn(engine), timeout_s=60.0)
+        receiver = WeightReceiver(sender.address, make_vllm_load_fn(engine), timeout_s=60.0) if via == "load_fn" else None
 
         def receive() -> None:
             try:
-                with receiver:
+                if via == "receive_update":
+                    engine.receive_update(sender.address, timeout_s=60.0)
+                    return
+                with receiver, engine.weight_update():
                     receiver.run_update()
             except BaseException as exc:  # surfaced below
                 errors.append(exc)
@@ -158,3 +216,21 @@ def test_patch_keeps_weight_and_repack_follows_updates():
     assert vllm_cpu_patch.repack_cpu_linears(layer) == 1
     torch.testing.assert_close(layer.cpu_linear(x, layer.weight, None), x @ layer.weight.T)
     assert vllm_cpu_patch.empty_cpu_linears(layer) == []
+
+
+def test_rope_patch_makes_cpu_kernel_match_reference_for_3d_heads():
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    vllm_cpu_patch.apply_cpu_rope_patch()
+    assert vllm_cpu_patch.rope_patch_applied() and not vllm_cpu_patch.apply_cpu_rope_patch()
+    with set_current_vllm_config(VllmConfig()):
+        rope = get_rope(64, max_position=256, rope_parameters={"rope_type": "default", "rope_theta": 1e4}, is_neox_style=False)
+    positions = torch.arange(7)
+    wide = torch.randn(7, 4, 128)
+    query, key = wide[..., 64:], torch.randn(7, 1, 64)  # DeepSeek-V3 without MLA: strided q_pe, 1 key head
+    expected_q, expected_k = rope.forward_native(positions, query.clone(), key.clone())
+    got_q, got_k = rope.forward_cpu(positions, query, key)
+    torch.testing.assert_close(got_q, expected_q)
+    torch.testing.assert_close(got_k, expected_k)
+    torch.testing.assert_close(wide[..., 64:], expected_q)  # written back in place into the view

@@ -1,0 +1,324 @@
+"""Agentic rollouts: many multi-turn episodes stepped together, with partial rollout.
+
+Each round, every running episode's token transcript goes into one batched `engine.generate`
+call (vLLM schedules them together); then each finished turn is parsed, its tool calls are run
+by the environment's `step`, and the tool results are appended as tokens. An episode ends when the
+environment says done, at `max_turns`, at its token budget, or at the model's context length.
+
+    runner = AgenticRollout(engine, {"tool_use": env}, AgenticRolloutConfig(iteration_token_budget=128), sampling)
+    episodes = [runner.start(env_name, task) for task in tasks]
+    result = runner.run_iteration(episodes, iteration=0)       # RolloutResult(finished, paused)
+    ... push new weights ...
+    result = runner.run_iteration(result.paused + new_episodes, iteration=1)
+
+Records are token-exact: `Episode.token_ids` is the whole transcript (prompt, model tokens, tool
+results), `loss_mask` marks the model-written tokens, `logprobs` their engine log-probs and
+`versions` the policy version (`engine.weights_version`) that wrote each of them, so an episode
+paused mid-turn and resumed after a weight push shows which version produced which tokens
+(`Episode.segments`).
+
+Model output is hostile: a malformed tool call is answered with a tool message starting with
+`Error:` (the environment never sees it), an environment that raises ends only that episode
+(`finish_reason="env_error"`), and over-long tool results are cut to `max_observation_tokens`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from k2post.chat.parse import ToolCallParseError
+from k2post.chat.template import render_continuation_ids, render_ids
+from k2post.chat.types import Message, ToolSpec, format_call_id
+from k2post.envs.base import Environment, MultiTurnEnvironment, Reward, Task
+from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
+from k2post.rollout.engine import Generation, RolloutEngine, parse_generation, turn_stop_ids, with_turn_stops
+
+log = logging.getLogger(__name__)
+
+Status = Literal["running", "paused", "done"]
+FinishReason = Literal["env_done", "max_turns", "turn_budget", "episode_budget", "context_limit", "env_error"]
+TRUNCATED_REASONS = ("max_turns", "turn_budget", "episode_budget", "context_limit")
+ERROR_PREFIX = "Error: "
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of model-written tokens `token_ids[start:end]` from one policy version and iteration."""
+
+    start: int
+    end: int
+    policy_version: int
+    iteration: int
+
+
+@dataclass
+class Episode:
+    """One multi-turn episode: environment state, dialogue and the token-exact transcript."""
+
+    id: str
+    env_name: str
+    task: Task
+    state: Any
+    tools: list[ToolSpec]
+    messages: list[Message]
+    token_ids: list[int]
+    prompt_len: int
+    loss_mask: list[int] = field(default_factory=list)  # [len(token_ids)]; 1 = written by the model
+    logprobs: list[float] = field(default_factory=list)  # [len(token_ids)]; 0.0 where loss_mask == 0
+    versions: list[int] = field(default_factory=list)  # [len(token_ids)]; -1 where loss_mask == 0
+    segments: list[Segment] = field(default_factory=list)
+    env_turns: list[Message] = field(default_factory=list)  # assistant turns handed to env.step
+    turn_start: int = 0  # where the current assistant turn starts in token_ids
+    turns: int = 0
+    generated_tokens: int = 0
+    call_index: int = 0
+    status: Status = "running"
+    finish_reason: FinishReason | None = None
+    errors: list[str] = field(default_factory=list)
+    reward: Reward | None = None  # set by whoever scores the finished episode
+
+    @property
+    def truncated(self) -> bool:
+        """The episode was cut by a limit rather than ended by the environment."""
+        return self.finish_reason in TRUNCATED_REASONS
+
+    @property
+    def response_ids(self) -> list[int]:
+        """Everything after the prompt (model tokens and tool results)."""
+        return self.token_ids[self.prompt_len :]
+
+    def policy_versions(self) -> list[int]:
+        """Distinct policy versions that wrote tokens of this episode, in order."""
+        return sorted({segment.policy_version for segment in self.segments})
+
+
+@dataclass
+class RolloutResult:
+    """One iteration's outcome: finished episodes, and paused ones to resume next iteration."""
+
+    finished: list[Episode]
+    paused: list[Episode]
+    generated_tokens: int = 0
+    rounds: int = 0
+
+
+def _tools_of(env: Environment, task: Task) -> list[ToolSpec]:
+    tools_for = getattr(env, "tools_for", None)
+    return list(tools_for(task)) if callable(tools_for) else list(env.tools())
+
+
+def _finish(episode: Episode, reason: FinishReason, error: str | None = None) -> None:
+    episode.status, episode.finish_reason = "done", reason
+    if error:
+        episode.errors.append(error)
+
+
+def _append(episode: Episode, ids: Sequence[int], written: bool, logprobs: Sequence[float] = (), version: int = -1) -> None:
+    """Append tokens to the transcript with their mask, log-probs and policy version."""
+    episode.token_ids.extend(ids)
+    episode.loss_mask.extend([1 if written else 0] * len(ids))
+    episode.logprobs.extend(list(logprobs) if written else [0.0] * len(ids))
+    episode.versions.extend([version if written else -1] * len(ids))
+
+
+def truncate_observation(tokenizer, message: Message, max_tokens: int) -> Message:
+    """`message` with its content cut to `max_tokens` tokens (a marker says how many were cut)."""
+    ids = tokenizer(message.content, add_special_tokens=False)["input_ids"]
+    if len(ids) <= max_tokens:
+        return message
+    kept = tokenizer.decode(ids[:max_tokens], skip_special_tokens=True)
+    return message.model_copy(update={"content": f"{kept}\n[... {len(ids) - max_tokens} tokens cut]"})
+
+
+def parse_error_messages(errors: Sequence[ToolCallParseError], first_index: int) -> list[Message]:
+    """Tool messages telling the model what was wrong; turn-level errors get `functions.invalid:IDX`."""
+    messages = []
+    for offset, error in enumerate(errors):
+        message = error.to_tool_message()
+        if message is None:
+            call_id = format_call_id("invalid", first_index + offset)
+            message = Message(role="tool", tool_call_id=call_id, content=f"{ERROR_PREFIX}{error.message}")
+        messages.append(message)
+    return messages
+
+
+class AgenticRollout:
+    """Steps episodes of registered environments against a `RolloutEngine`."""
+
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        envs: Mapping[str, Environment],
+        cfg: AgenticRolloutConfig,
+        sampling: SamplingConfig,
+        max_model_len: int | None = None,
+    ):
+        if sampling.n != 1:
+            raise ValueError(f"agentic rollouts sample one continuation per episode: sampling.n must be 1, got {sampling.n} (start K episodes per task instead)")
+        self.engine, self.envs, self.cfg = engine, dict(envs), cfg
+        self.tokenizer = engine.tokenizer
+        # The runner decodes turns itself, so the engine need not build text (stop strings need it).
+        self.sampling = with_turn_stops(sampling, self.tokenizer).model_copy(update={"detokenize": bool(sampling.stop)})
+        self.stop_ids = set(turn_stop_ids(self.tokenizer))
+        engine_cfg = getattr(engine, "cfg", None)
+        self.max_model_len = max_model_len or getattr(engine_cfg, "max_model_len", 1 << 30)
+
+    # --- starting --------------------------------------------------------------------------
+
+    def start(self, env_name: str, task: Task, episode_id: str | None = None) -> Episode:
+        """A new episode on `task` (reset errors end it at once with `env_error`)."""
+        env = self.envs[env_name]
+        tools = _tools_of(env, task)
+        prompt = render_ids(self.tokenizer, task.messages, tools=tools, add_generation_prompt=True).input_ids
+        episode = Episode(
+            id=episode_id or task.id, env_name=env_name, task=task, state=None, tools=tools,
+            messages=list(task.messages), token_ids=[], prompt_len=len(prompt),
+        )
+        _append(episode, prompt, written=False)
+        episode.turn_start = len(episode.token_ids)
+        try:
+            episode.state = env.reset(task) if isinstance(env, MultiTurnEnvironment) else None
+        except Exception as err:  # a broken environment must not take the run down
+            _finish(episode, "env_error", f"reset: {type(err).__name__}: {err}")
+        return episode
+
+    # --- one iteration ---------------------------------------------------------------------
+
+    def run_iteration(self, episodes: Sequence[Episode], iteration: int = 0) -> RolloutResult:
+        """Step the episodes until each is done or has spent this iteration's token budget."""
+        spent = {episode.id: 0 for episode in episodes}
+        for episode in episodes:
+            if episode.status == "paused":
+                episode.status = "running"
+        rounds = 0
+        while True:
+            active = [e for e in episodes if e.status == "running"]
+            if not active:
+                break
+            for start in range(0, len(active), self.cfg.max_concurrent_episodes):
+                self._round(active[start : start + self.cfg.max_concurrent_episodes], spent, iteration)
+            rounds += 1
+        finished = [e for e in episodes if e.status == "done"]
+        paused = [e for e in episodes if e.status == "paused"]
+        return RolloutResult(finished, paused, sum(spent.values()), rounds)
+
+    def _caps(self, episode: Episode, spent: int) -> dict[str, int]:
+        """Token caps on the next generation, by the reason hitting them would give (on a tie the
+        first listed wins: a hard limit ends the episode rather than pausing it)."""
+        caps = {
+            "context_limit": self.max_model_len - len(episode.token_ids),
+            "episode_budget": self.cfg.max_episode_tokens - episode.generated_tokens,
+            "turn_budget": self.cfg.max_turn_tokens - (len(episode.token_ids) - episode.turn_start),
+        }
+        if self.cfg.iteration_token_budget is not None:
+            caps["paused"] = self.cfg.iteration_token_budget - spent
+        return caps
+
+    def _round(self, batch: list[Episode], spent: dict[str, int], iteration: int) -> None:
+        """One batched generate call for `batch`, then each episode takes its turn."""
+        ready, limits = [], []
+        for episode in batch:
+            caps = self._caps(episode, spent[episode.id])
+            reason = min(caps, key=caps.get)
+            if caps[reason] <= 0:
+                self._stop_at_cap(episode, reason)
+            else:
+                ready.append(episode)
+                limits.append((caps[reason], reason))
+        if not ready:
+            return
+        samplings = [self.sampling.model_copy(update={"max_tokens": cap}) for cap, _ in limits]
+        generations = self._generate(ready, samplings)
+        version = int(self.engine.weights_version)
+        for episode, generation, (cap, reason) in zip(ready, generations, limits):
+            spent[episode.id] += len(generation.token_ids)
+            self._take_generation(episode, generation, version, iteration)
+            if self._turn_complete(generation):
+                self._end_turn(episode)
+            elif len(generation.token_ids) >= cap:
+                self._stop_at_cap(episode, reason)
+
+    def _generate(self, episodes: list[Episode], samplings: list[SamplingConfig]) -> list[Generation]:
+        """One engine call for the batch (per-episode caps as per-prompt sampling params)."""
+        prompts = [list(episode.token_ids) for episode in episodes]
+        return [gens[0] for gens in self.engine.generate(prompts, samplings)]
+
+    def _stop_at_cap(self, episode: Episode, reason: str) -> None:
+        if reason == "paused":
+            episode.status = "paused"
+        else:
+            _finish(episode, reason)  # type: ignore[arg-type]
+
+    def _take_generation(self, episode: Episode, generation: Generation, version: int, iteration: int) -> None:
+        start = len(episode.token_ids)
+        logprobs = generation.logprobs if len(generation.logprobs) == len(generation.token_ids) else [0.0] * len(generation.token_ids)
+        _append(episode, generation.token_ids, written=True, logprobs=logprobs, version=version)
+        episode.generated_tokens += len(generation.token_ids)
+        if generation.token_ids:
+            episode.segments.append(Segment(start, len(episode.token_ids), version, iteration))
+
+    def _turn_complete(self, generation: Generation) -> bool:
+        ids = generation.token_ids
+        return generation.finish_reason == "stop" or bool(ids and ids[-1] in self.stop_ids)
+
+    # --- ending a turn ---------------------------------------------------------------------
+
+    def _end_turn(self, episode: Episode) -> None:
+        """Parse the finished turn, run its calls, append the results (or end the episode)."""
+        env = self.envs[episode.env_name]
+        turn_ids = episode.token_ids[episode.turn_start :]
+        known = [tool.name for tool in episode.tools] or None
+        turn = parse_generation(self.tokenizer, Generation([], turn_ids), episode.call_index, known)
+        episode.messages.append(turn.message)
+        episode.turns += 1
+        errors = [error for error in turn.parse_errors if error.kind != "unterminated_think"]
+        observations = parse_error_messages(errors, episode.call_index + len(turn.message.tool_calls))
+        episode.errors.extend(error.message for error in errors)
+        episode.call_index += len(turn.message.tool_calls) + len(errors)
+        if not isinstance(env, MultiTurnEnvironment):
+            done = True  # single-turn: the one answer ends the episode, tool-call junk or not
+        elif turn.message.tool_calls or not errors:
+            done = self._step_env(env, episode, turn.message, observations)
+        else:
+            done = False  # only malformed calls: the errors go back to the model, the env is not stepped
+        if episode.status == "done":
+            return
+        if done:
+            _finish(episode, "env_done")
+        elif episode.turns >= self.cfg.max_turns:
+            _finish(episode, "max_turns")
+        else:
+            self._append_observations(episode, observations)
+
+    def _step_env(self, env: MultiTurnEnvironment, episode: Episode, message: Message, observations: list[Message]) -> bool:
+        """Run env.step on the turn; its observations go before the parse errors. Returns done."""
+        episode.env_turns.append(message)
+        try:
+            result = env.step(episode.state, message)
+        except Exception as err:  # a crashing environment ends this episode only
+            log.warning("episode %s: %s.step raised %s", episode.id, env.name, err)
+            _finish(episode, "env_error", f"step: {type(err).__name__}: {err}")
+            return True
+        observations[:0] = list(result.observations)
+        return bool(result.done)
+
+    def _append_observations(self, episode: Episode, observations: list[Message]) -> None:
+        cut = [truncate_observation(self.tokenizer, m, self.cfg.max_observation_tokens) for m in observations]
+        episode.messages.extend(cut)
+        rendered = render_continuation_ids(self.tokenizer, cut, add_generation_prompt=True)
+        _append(episode, rendered.input_ids, written=False)
+        episode.turn_start = len(episode.token_ids)
+
+
+def score_episode(env: Environment, episode: Episode) -> Reward:
+    """The episode's reward; a scorer that raises gives the env's minimum reward with the error."""
+    try:
+        if isinstance(env, MultiTurnEnvironment):
+            return env.score_state(episode.task, episode.state)
+        final = episode.messages[-1].content if episode.messages and episode.messages[-1].role == "assistant" else ""
+        return env.score(episode.task, final)
+    except Exception as err:
+        return Reward(value=env.reward_range[0], error=f"{type(err).__name__}: {err}")

@@ -1,0 +1,51 @@
+"""k2post's vLLM worker extension: methods mixed into every vLLM worker (`LLM(worker_extension_cls=...)`).
+
+`VLLMEngine` builds its `LLM` with `worker_extension_cls=WORKER_EXTENSION`, so these run inside each
+worker through `llm.collective_rpc("k2post_...")` — in this process for the in-process engine, in
+each worker process for a multiprocess executor:
+
+- `k2post_load_weights(named, repack)` — in-place `model.load_weights` (+ CPU repack);
+- `k2post_receive_update(address, ...)` — a checkpoint-engine `WeightReceiver` inside the worker:
+  buckets arrive through the two IPC buffers and are loaded as they come (the caller resets the
+  prefix cache when the update is done);
+- `k2post_in_place_problems(cpu)` — why in-place pushes would fail on the built model;
+- `k2post_free_kv_cache()` / `k2post_restore_kv_cache()` — the CPU sleep path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from k2post.rollout import sleep as sleep_ops
+from k2post.rollout.weight_update import NamedTensors, in_place_problems, load_into_model, worker_model
+
+WORKER_EXTENSION = "k2post.rollout.worker_extension.K2PostWorkerExtension"
+
+
+class K2PostWorkerExtension:
+    """Mixed into vLLM's worker class; `self` is the worker."""
+
+    def k2post_load_weights(self, named: NamedTensors, repack: bool) -> int:
+        """Copy HF-named tensors into this worker's model in place. Returns the count."""
+        return load_into_model(worker_model(self), named, repack)
+
+    def k2post_receive_update(self, address: str, repack: bool, timeout_s: float = 60.0, verify_checksum: bool = True) -> dict[str, Any]:
+        """Receive one checkpoint-engine update from `address` straight into this worker's model."""
+        from checkpoint_engine import WeightReceiver
+
+        model = worker_model(self)
+        with WeightReceiver(address, lambda batch: load_into_model(model, batch, repack), timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
+            stats = rx.run_update()
+        return {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets, "elapsed_s": stats.elapsed_s}
+
+    def k2post_in_place_problems(self, cpu: bool) -> list[str]:
+        """Why in-place pushes cannot work here (empty: they can)."""
+        return in_place_problems(worker_model(self), cpu)
+
+    def k2post_free_kv_cache(self) -> int:
+        """CPU sleep: drop the KV-cache memory. Returns bytes freed."""
+        return sleep_ops.free_kv_cache(self)
+
+    def k2post_restore_kv_cache(self) -> int:
+        """CPU wake-up: re-allocate the KV cache. Returns bytes re-allocated."""
+        return sleep_ops.restore_kv_cache(self)

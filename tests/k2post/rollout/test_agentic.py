@@ -1,0 +1,186 @@
+"""Agentic rollouts with the real vLLM engine against the real tool_use gym.
+
+The engine serves a tiny model trained to solve three bank tasks (tool_model.py); task 0's first
+call is malformed in its training data, so the model really emits a broken call, reads the
+rollout's error message and retries. Greedy decoding makes each transcript equal the reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+from safetensors.torch import load_file
+
+from k2post.chat.types import Message
+from k2post.envs.base import Reward
+from k2post.rollout.agentic import AgenticRollout, parse_error_messages, score_episode, truncate_observation
+from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
+
+GREEDY = SamplingConfig(temperature=0.0, max_tokens=128)
+
+
+@pytest.fixture(scope="module")
+def engine(tool_engine):
+    return tool_engine
+
+
+def _runner(engine, bank_env, **cfg) -> AgenticRollout:
+    rollout_cfg = AgenticRolloutConfig(**{"max_turn_tokens": 128, "max_episode_tokens": 512, **cfg})
+    return AgenticRollout(engine, {"tool_use": bank_env}, rollout_cfg, GREEDY)
+
+
+@pytest.mark.slow
+def test_concurrent_episodes_solve_tasks_and_match_reference(engine, bank_env, bank_tasks, tool_trajectories):
+    runner = _runner(engine, bank_env)
+    episodes = [runner.start("tool_use", task) for task in bank_tasks]
+    result = runner.run_iteration(episodes)
+    assert not result.paused and len(result.finished) == len(bank_tasks)
+    assert result.rounds >= 3  # several turns each, stepped together
+    for episode, reference in zip(episodes, tool_trajectories):
+        assert episode.finish_reason == "env_done" and not episode.truncated
+        assert episode.token_ids == reference.ids
+        assert episode.loss_mask == reference.mask  # exactly the assistant tokens are marked
+        assert len(episode.logprobs) == len(episode.versions) == len(episode.token_ids)
+        assert all(lp <= 0 for lp, m in zip(episode.logprobs, episode.loss_mask) if m)
+        assert score_episode(bank_env, episode).value == 1.0
+        assert episode.turns == len(reference.turns)
+
+
+@pytest.mark.slow
+def test_malformed_tool_call_becomes_error_message_not_crash(engine, bank_env, bank_tasks):
+    runner = _runner(engine, bank_env)
+    episode = runner.start("tool_use", bank_tasks[0])
+    runner.run_iteration([episode])
+    assert episode.errors and "arguments are not valid JSON" in episode.errors[0]
+    tool_errors = [m for m in episode.messages if m.role == "tool" and m.content.startswith("Error: tool call 0")]
+    assert len(tool_errors) == 1  # the model read the error ...
+    assert episode.finish_reason == "env_done" and score_episode(bank_env, episode).value == 1.0  # ... and recovered
+    assert len(episode.env_turns) == episode.turns - 1  # the broken turn never reached the environment
+
+
+@pytest.mark.slow
+def test_partial_rollout_pauses_resumes_and_records_versions(tool_model_dir, engine, bank_env, bank_tasks, tool_trajectories):
+    weights = sorted(load_file(str(tool_model_dir / "model.safetensors")).items())
+    runner = _runner(engine, bank_env, iteration_token_budget=40)
+    pending = [runner.start("tool_use", task) for task in bank_tasks]
+    finished, iterations, paused_counts = [], 0, []
+    while pending:
+        result = runner.run_iteration(pending, iteration=iterations)
+        finished += result.finished
+        paused_counts.append(len(result.paused))
+        assert all(e.status == "paused" for e in result.paused)
+        pending = result.paused
+        iterations += 1
+        version = engine.weights_version
+        engine.load_weights(weights)  # a real in-place push of equal weights: greedy still replays
+        assert engine.weights_version == version + 1
+        assert iterations < 40
+    assert paused_counts[0] == len(bank_tasks) and iterations > 2
+    by_id = {e.id: e for e in finished}
+    for task, reference in zip(bank_tasks, tool_trajectories):
+        episode = by_id[task.id]
+        assert episode.token_ids == reference.ids  # pausing mid-turn and resuming loses nothing
+        assert len(episode.policy_versions()) > 1
+        for segment in episode.segments:
+            assert segment.end - segment.start <= 40
+            assert set(episode.versions[segment.start : segment.end]) == {segment.policy_version}
+        written = [v for v, m in zip(episode.versions, episode.loss_mask) if m]
+        assert written == sorted(written)  # later tokens come from the same or newer policy
+        assert all(v == -1 for v, m in zip(episode.versions, episode.loss_mask) if not m)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("cfg", "reason"),
+    [
+        ({"max_turns": 1}, "max_turns"),
+        ({"max_episode_tokens": 30, "max_turn_tokens": 30}, "episode_budget"),
+        ({"max_turn_tokens": 8}, "turn_budget"),
+    ],
+)
+def test_limits_truncate_episodes(engine, bank_env, bank_tasks, cfg, reason):
+    runner = _runner(engine, bank_env, **cfg)
+    episodes = [runner.start("tool_use", task) for task in bank_tasks]
+    result = runner.run_iteration(episodes)
+    assert [e.finish_reason for e in result.finished] == [reason] * len(bank_tasks)
+    assert all(e.truncated for e in result.finished)
+    assert all(e.generated_tokens <= runner.cfg.max_episode_tokens for e in result.finished)
+
+
+@pytest.mark.slow
+def test_context_limit_ends_episode(engine, bank_env, bank_tasks):
+    probe = _runner(engine, bank_env).start("tool_use", bank_tasks[2])
+    limit = probe.prompt_len + 60  # room for about one turn
+    runner = AgenticRollout(engine, {"tool_use": bank_env}, AgenticRolloutConfig(), GREEDY, max_model_len=limit)
+    episode = runner.start("tool_use", bank_tasks[2])
+    runner.run_iteration([episode])
+    assert episode.finish_reason == "context_limit" and episode.generated_tokens > 0
+    assert max(i for i, m in enumerate(episode.loss_mask) if m) < limit  # the model never wrote past it
+    too_long = AgenticRollout(engine, {"tool_use": bank_env}, AgenticRolloutConfig(), GREEDY, max_model_len=probe.prompt_len - 1)
+    assert too_long.run_iteration([too_long.start("tool_use", bank_tasks[2])]).finished[0].finish_reason == "context_limit"
+
+
+@pytest.mark.slow
+def test_crashing_environment_ends_only_its_episode(engine, bank_env, bank_tasks):
+    from environments.tool_use import ToolUseEnv
+
+    class CrashingOnSecondStep(ToolUseEnv):
+        def step(self, state, assistant):
+            if state.turns >= 1:
+                raise RuntimeError("simulator bug")
+            return super().step(state, assistant)
+
+    crashing = CrashingOnSecondStep(bank_env.config)
+    runner = AgenticRollout(engine, {"tool_use": bank_env, "crashing": crashing}, AgenticRolloutConfig(max_turn_tokens=128), GREEDY)
+    episodes = [runner.start("crashing", bank_tasks[1], "crash"), runner.start("tool_use", bank_tasks[1], "ok")]
+    runner.run_iteration(episodes)
+    assert episodes[0].finish_reason == "env_error" and "simulator bug" in episodes[0].errors[-1]
+    assert episodes[1].finish_reason == "env_done" and score_episode(bank_env, episodes[1]).value == 1.0
+
+
+def test_long_observation_is_cut(tiny_qwen2_dir):
+    from k2post.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_qwen2_dir)
+    message = Message(role="tool", tool_call_id="functions.x:0", content="word " * 2000)
+    cut = truncate_observation(tokenizer, message, 50)
+    assert len(tokenizer(cut.content, add_special_tokens=False)["input_ids"]) <= 70
+    assert "tokens cut]" in cut.content and cut.tool_call_id == "functions.x:0"
+    assert truncate_observation(tokenizer, cut.model_copy(update={"content": "short"}), 50).content == "short"
+
+
+def test_parse_errors_become_tool_messages():
+    from k2post.chat.parse import parse_assistant
+
+    parsed = parse_assistant(
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.pay:3<|tool_call_argument_begin|>{oops<|tool_call_end|>"
+        "<|tool_calls_section_end|>trailing",
+        start_index=3,
+    )
+    messages = parse_error_messages(parsed.errors, first_index=3)
+    assert messages and all(m.role == "tool" and m.content.startswith("Error: ") for m in messages)
+    assert "functions.pay:3" in [m.tool_call_id for m in messages]  # the readable id is answered
+    assert all(m.tool_call_id for m in messages)
+
+
+def test_score_episode_turns_scorer_crash_into_floor_reward(bank_env, bank_tasks):
+    from k2post.rollout.agentic import Episode
+
+    episode = Episode(id="x", env_name="tool_use", task=bank_tasks[0], state={"not": "a state"}, tools=[], messages=[], token_ids=[], prompt_len=0)
+    reward = score_episode(bank_env, episode)
+    assert isinstance(reward, Reward) and reward.value == 0.0 and reward.error
+
+
+@pytest.mark.slow
+def test_single_turn_environment_takes_one_turn(engine):
+    from k2post.envs.registry import make_environment
+
+    math_env = make_environment("math")
+    tasks = list(math_env.tasks("train", seed=0, n=4))
+    runner = AgenticRollout(engine, {"math": math_env}, AgenticRolloutConfig(max_turn_tokens=32, max_episode_tokens=64), GREEDY)
+    result = runner.run_iteration([runner.start("math", task) for task in tasks])
+    assert len(result.finished) == 4 and result.rounds == 1
+    for episode in result.finished:
+        assert episode.turns <= 1 and episode.finish_reason in ("env_done", "turn_budget")
+        assert episode.env_turns == [] and episode.tools == []
+        reward = score_episode(math_env, episode)
+        assert reward.error is None and 0.0 <= reward.value <= 1.0
