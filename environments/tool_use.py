@@ -19,7 +19,6 @@ episode ends on a turn without tool calls (the final answer) or after `max_turns
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -40,6 +39,7 @@ from environments.toolsets.checks import (
     answer_matches,
     check_checkpoint,
     check_state,
+    scenario_split,
 )
 from k2post.chat.parse import ToolCallParseError, parse_assistant
 from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
@@ -246,9 +246,7 @@ class ToolUseEnv(MultiTurnEnvironment):
 
     def split_of(self, scenario: Scenario) -> Split:
         """Which split a scenario belongs to: a hash of its prompt and initial state."""
-        content = dump_json([scenario.template, scenario.prompt, scenario.initial_state])
-        bucket = int(hashlib.sha256(content.encode()).hexdigest()[:8], 16) / 2**32
-        return "test" if bucket < self.config.test_fraction else "train"
+        return scenario_split(scenario, self.config.test_fraction)
 
     def make_task(self, split: Split, seed: int, index: int) -> Task:
         """Task `index` of a split for `seed` (the first generated scenario of that split)."""

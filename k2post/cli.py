@@ -7,6 +7,8 @@
     k2post envs list
     k2post envs test [NAME ...] [--golden PATH] [--isolated]
     k2post serve MODEL_DIR [--port 8000] [--api-key KEY] [--host 127.0.0.1]
+    k2post synth configs/synth_tool_use.yaml [key.path=value ...]
+    k2post sft configs/sft_tool_use.yaml [key.path=value ...]
 
 Later issues add `sft`, `rl`, `synth`, `eval`, `envs` and `serve` as further subcommands
 (each one registers a parser in `_SUBCOMMANDS`). Config and input errors print one line
@@ -47,10 +49,33 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from pipelines.demo import main as demo_main
+def _run_pipeline(module: str, entry: str) -> Callable[[argparse.Namespace], int]:
+    """A subcommand handler that calls `pipelines.<module>.<entry>([file, *overrides])` (imported late)."""
 
-    return demo_main([args.file, *args.overrides])
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return getattr(importlib.import_module(f"pipelines.{module}"), entry)([args.file, *args.overrides])
+
+    return run
+
+
+def _add_config_command(sub: argparse._SubParsersAction, name: str, help_text: str, example: str, handler) -> None:
+    """`k2post NAME CONFIG [key.path=value ...]`."""
+    command = sub.add_parser(name, help=help_text)
+    command.add_argument("file", help=f"a `kind: {name}` YAML config, e.g. {example}")
+    command.add_argument("overrides", nargs="*", help="dotted overrides: key.path=value")
+    command.set_defaults(func=handler)
+
+
+def _add_synth_parser(sub: argparse._SubParsersAction) -> None:
+    _add_config_command(sub, "synth", "synthesize agentic SFT data (tasks with rubrics -> trajectories -> judge)",
+                        "configs/synth_tool_use.yaml", _run_pipeline("synth", "main"))
+
+
+def _add_sft_parser(sub: argparse._SubParsersAction) -> None:
+    _add_config_command(sub, "sft", "supervised fine-tuning on chat data (MuonClip on DeepSpeed), e.g. synth output",
+                        "configs/sft_tool_use.yaml", _run_pipeline("sft", "run"))
 
 
 def _add_model_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,10 +99,8 @@ def _add_config_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
-    demo = sub.add_parser("demo", help="end-to-end smoke run (tiny model, vLLM vs transformers)")
-    demo.add_argument("file", help="a `kind: demo` config, e.g. configs/demo.yaml")
-    demo.add_argument("overrides", nargs="*", help="dotted overrides")
-    demo.set_defaults(func=_cmd_demo)
+    _add_config_command(sub, "demo", "end-to-end smoke run (tiny model, vLLM vs transformers)", "configs/demo.yaml",
+                        _run_pipeline("demo", "main"))
 
 
 def _add_envs_parser(sub: argparse._SubParsersAction) -> None:
@@ -119,6 +142,8 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_demo_parser,
     _add_envs_parser,
     _add_serve_parser,
+    _add_synth_parser,
+    _add_sft_parser,
 ]
 
 

@@ -1,1 +1,1 @@
-"""Runnable entry points (what `ray job submit` and `make demo` run): demo, and later rl, sft, synth, eval."""
+"""Runnable entry points (what `ray job submit` and `make demo` run): demo, synth, sft; later rl, eval."""

@@ -16,6 +16,7 @@ reference solution (tool calls per turn plus a final answer) that passes every c
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Literal
 
@@ -255,3 +256,14 @@ def called(tool: str, **args: Any) -> CallPattern:
 def ref_call(tool: str, **arguments: Any) -> ReferenceCall:
     """Shorthand for a ReferenceCall."""
     return ReferenceCall(name=tool, arguments=arguments)
+
+
+def scenario_split(scenario: Scenario, test_fraction: float) -> Literal["train", "test"]:
+    """Which split a scenario belongs to: a hash of its template, prompt and initial state.
+    Shared by the tool_use gym and SFT data synthesis, so synthesized training data never
+    contains the gym's held-out tasks."""
+    from k2post.chat.types import dump_json
+
+    content = dump_json([scenario.template, scenario.prompt, scenario.initial_state])
+    bucket = int(hashlib.sha256(content.encode()).hexdigest()[:8], 16) / 2**32
+    return "test" if bucket < test_fraction else "train"

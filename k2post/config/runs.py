@@ -50,3 +50,8 @@ class DemoConfig(K2Config):
                 "or check_against_transformers: false"
             )
         return self
+
+
+# Run configs that live next to their components register when imported here.
+from k2post.synth import config as _synth_config  # noqa: E402,F401
+from k2post.sft import config as _sft_config  # noqa: E402,F401

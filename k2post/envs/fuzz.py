@@ -43,6 +43,11 @@ from k2post.chat.types import Message, ToolCall
 from k2post.envs.base import Environment, Reward
 
 ONE_MB = 1 << 20
+
+
+class FuzzFailure(AssertionError):
+    """An environment misbehaved on fuzzed input (raised, returned a non-Reward, left its range)."""
+
 CASES_RUN: dict[str, dict[str, int]] = {}
 """Fuzz cases run in this process: env name -> {"direct": n, "episodes": n, "pool": n} (the tests fill it)."""
 SPECIAL_TOKENS = [

@@ -56,6 +56,11 @@ class ServeConfig(K2Config):
     enforce_eager: bool = Field(True, description="Disable CUDA graphs / compilation (required on CPU).")
     startup_timeout_s: float = Field(180.0, gt=0, description="Seconds to wait for /health before giving up.")
     log_path: str | None = Field(None, description="Server log file; null writes a temp file.")
+    tool_call_parser: str | None = Field(
+        "kimi_k2",
+        description="vLLM tool-call parser for requests with tools (kimi_k2 reads the K2 format our template renders); "
+        "null serves without tool support (requests with `tools` then get HTTP 400).",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More api_server flags, passed verbatim.")
 
     @model_validator(mode="after")
@@ -83,6 +88,8 @@ def build_command(cfg: ServeConfig, port: int) -> list[str]:
         command += ["--served-model-name", cfg.served_model_name]
     if cfg.enforce_eager:
         command.append("--enforce-eager")
+    if cfg.tool_call_parser:
+        command += ["--enable-auto-tool-choice", "--tool-call-parser", cfg.tool_call_parser]
     return command + list(cfg.extra_args)
 
 

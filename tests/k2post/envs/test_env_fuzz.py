@@ -110,3 +110,15 @@ def _fuzz_episodes(name: str, env, tasks) -> int:
 
     run()
     return ran
+
+
+def test_fuzz_checks_raise_fuzz_failure_not_name_error():
+    from k2post.envs.base import Reward
+    from k2post.envs.fuzz import FuzzFailure, check_reward
+    from k2post.envs.registry import make_environment
+
+    env = make_environment("math")
+    with pytest.raises(FuzzFailure, match="outside reward_range"):
+        check_reward(env, Reward(value=5.0))
+    with pytest.raises(FuzzFailure, match="expected Reward"):
+        check_reward(env, 1.0)

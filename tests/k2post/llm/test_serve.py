@@ -39,6 +39,7 @@ def test_command_uses_module_entrypoint_and_keeps_key_off_the_command_line():
     joined = " ".join(command)
     assert "--model /models/x" in joined and "--host 127.0.0.1" in joined and "--port 1234" in joined
     assert "--max-model-len 256" in joined and "--enforce-eager" in joined and "--served-model-name x" in joined
+    assert "--enable-auto-tool-choice --tool-call-parser kimi_k2" in joined
     assert "s3cret" not in joined
     env = build_env(cfg)
     assert env["VLLM_API_KEY"] == "s3cret" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"

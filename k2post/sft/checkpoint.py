@@ -1,0 +1,182 @@
+"""SFT checkpoints: HF model dirs that vLLM loads, plus the engine state a run resumes from.
+
+Layout of `<run_dir>/checkpoints/step-N/` (and `<run_dir>/final/`, which has no engine/ or rng/):
+
+    config.json, model.safetensors, generation_config.json   the model (gathered under ZeRO-3)
+    tokenizer.json, tokenizer_config.json, chat_template.jinja   the tokenizer with the K2 template
+    trainer_state.json   step, token counts, data fingerprint, world size, ZeRO stage, last eval loss
+    engine/              DeepSpeed `save_checkpoint` (module, ZeroMuonClip state; every rank writes its part)
+    rng/rank<R>.pt       torch + python RNG states per rank
+
+Writes are atomic: everything goes into `.<name>.tmp` next to the target, and rank 0 renames
+it into place after a barrier, so a crash never leaves a half-written `step-N` behind and
+`latest_checkpoint` only ever sees complete ones. Resume loads the engine state with
+DeepSpeed's `load_checkpoint` (same world size and ZeRO stage) and continues at the saved step;
+the data stream and the lr schedule are functions of the step (`batching`, `schedule`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from k2post.sft.runtime import DistInfo, barrier
+
+STATE_FILE = "trainer_state.json"
+ENGINE_DIR, ENGINE_TAG = "engine", "state"
+CHECKPOINTS_DIR = "checkpoints"
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+class ResumeError(ValueError):
+    """A checkpoint cannot continue this run (other data, world size or ZeRO stage)."""
+
+
+@dataclass
+class TrainerState:
+    """Where a run stands (trainer_state.json)."""
+
+    step: int
+    total_steps: int
+    tokens: int
+    label_tokens: int
+    fingerprint: str
+    world_size: int
+    zero_stage: int
+    eval_loss: float | None = None
+
+    def write(self, directory: Path) -> None:
+        """Write trainer_state.json into `directory`."""
+        (directory / STATE_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, directory: Path) -> "TrainerState":
+        """Read trainer_state.json from `directory`."""
+        return cls(**json.loads((directory / STATE_FILE).read_text()))
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    """`<run_dir>/checkpoints/step-<step>`."""
+    return run_dir / CHECKPOINTS_DIR / f"step-{step}"
+
+
+def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, dir) of every complete checkpoint, oldest first (temp dirs and partial dirs ignored)."""
+    root = run_dir / CHECKPOINTS_DIR
+    found = []
+    for path in root.iterdir() if root.is_dir() else []:
+        match = _STEP_DIR.fullmatch(path.name)
+        if match and (path / STATE_FILE).is_file() and (path / ENGINE_DIR).is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of the run, or None."""
+    found = complete_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints; returns the deleted dirs."""
+    old = [path for _, path in complete_checkpoints(run_dir)[:-keep]] if keep > 0 else []
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)
+    return old
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Rename the finished `tmp` to `target` (an existing target is replaced)."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_atomically(target: Path, dist: DistInfo, write: Callable[[Path], None]) -> Path:
+    """Every rank calls `write(tmp)`; rank 0 then renames tmp to `target`. Collective (barriers)."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    if dist.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier()
+    try:
+        write(tmp)
+        barrier()
+        if dist.is_main:
+            _publish(tmp, target)
+    finally:
+        if dist.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)  # only left when write() failed
+    barrier()
+    return target
+
+
+def gathered(module: Any, zero_stage: int) -> contextlib.AbstractContextManager:
+    """Context in which `module` holds full parameters (ZeRO-3 gathers them; a collective)."""
+    if zero_stage != 3:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+
+
+def save_hf(module: Any, tokenizer: Any, out: Path, zero_stage: int, is_main: bool) -> None:
+    """Rank 0 writes the model (safetensors) and tokenizer into `out`; every rank must call it."""
+    with gathered(module, zero_stage):
+        if is_main:
+            module.save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(str(out))
+
+
+def save_rng(out: Path, rank: int) -> None:
+    """This rank's torch and python RNG states."""
+    import torch
+
+    (out / "rng").mkdir(exist_ok=True)
+    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, out / "rng" / f"rank{rank}.pt")
+
+
+def load_rng(directory: Path, rank: int) -> None:
+    """Restore this rank's RNG states (missing file: left as is)."""
+    import torch
+
+    path = directory / "rng" / f"rank{rank}.pt"
+    if path.is_file():
+        states = torch.load(path, weights_only=False)
+        torch.set_rng_state(states["torch"])
+        random.setstate(states["python"])
+
+
+def check_resumable(state: TrainerState, fingerprint: str, world_size: int, zero_stage: int, where: Path) -> None:
+    """Refuse a checkpoint whose data stream, world size or ZeRO stage differ from this run's."""
+    if state.fingerprint != fingerprint:
+        raise ResumeError(
+            f"{where}: the train data or batch settings changed since this checkpoint (fingerprint {state.fingerprint} "
+            f"!= {fingerprint}): resume needs the same data.*, train.seed, micro_batch_size, "
+            "gradient_accumulation_steps and world size; start a new run_dir instead"
+        )
+    if (state.world_size, state.zero_stage) != (world_size, zero_stage):
+        raise ResumeError(
+            f"{where}: saved with world size {state.world_size} at ZeRO stage {state.zero_stage}, this run has "
+            f"{world_size} at stage {zero_stage}: resume with the same ones"
+        )
+
+
+def load_engine_state(engine: Any, directory: Path) -> None:
+    """Load module weights and optimizer state saved by `engine.save_checkpoint`."""
+    path, _ = engine.load_checkpoint(
+        str(directory / ENGINE_DIR), tag=ENGINE_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+    )
+    if path is None:
+        raise ResumeError(f"{directory}: DeepSpeed found no engine state in {directory / ENGINE_DIR}")

@@ -1,0 +1,161 @@
+"""Configs of the SFT run: data, training loop, DeepSpeed engine, and the `kind: sft` run config.
+
+    cfg = load_run_config("configs/sft_tool_use.yaml", ["train.max_steps=50"], expected_kind="sft")
+
+Every field is documented in docs/SFT.md (and by `k2post config show configs/sft_tool_use.yaml`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from k2post.config.base import K2Config
+from k2post.config.registry import register_run_config
+from k2post.models.config import ModelConfig
+from k2post.optim.config import OptimConfig
+
+
+class SFTDataConfig(K2Config):
+    """Where the chat rows come from and how they become training examples."""
+
+    path: str = Field(
+        "runs/synth_tool_use/dataset",
+        description="Directory of an HF dataset written with `save_to_disk` (columns id, messages, tools, ...; "
+        "what `k2post synth` writes).",
+    )
+    max_seq_len: int = Field(
+        2048, gt=1, description="Tokens per packed row. A rendered dialogue longer than this is a bad row (never truncated)."
+    )
+    packing: bool = Field(
+        True,
+        description="Pack several dialogues into one row (block-causal attention, positions restart per dialogue); "
+        "false: one dialogue per row.",
+    )
+    eval_fraction: float = Field(
+        0.05, ge=0, lt=1, description="Share of rows held out for eval loss, chosen by a hash of the row id (deterministic)."
+    )
+    split_salt: str = Field(
+        "k2post-sft", description="Salt of the id hash that picks the held-out rows (change it for another split)."
+    )
+    bad_rows: Literal["skip", "error"] = Field(
+        "skip",
+        description="A row that breaks the schema or the template: skip it (counted and listed in data_report.json) "
+        "or stop with an error naming the row.",
+    )
+    max_bad_fraction: float = Field(
+        0.5, ge=0, le=1, description="With bad_rows: skip, fail anyway when more than this share of the rows is bad."
+    )
+    tool_call_ids: Literal["require_k2", "renumber"] = Field(
+        "require_k2",
+        description="Tool call ids must read functions.NAME:IDX with IDX counting calls from 0 (require_k2: else a bad "
+        "row), or are rewritten to that form (renumber).",
+    )
+    limit: int | None = Field(None, gt=0, description="Read only the first N rows (null: all).")
+
+
+class SFTTrainConfig(K2Config):
+    """The training loop: steps, batch shape, lr schedule, eval, checkpoints, logging."""
+
+    max_steps: int | None = Field(
+        None, gt=0, description="Optimizer steps; null: `epochs` passes over the packed train rows (rounded up)."
+    )
+    epochs: int = Field(1, ge=1, description="Passes over the train rows when max_steps is null.")
+    micro_batch_size: int = Field(1, ge=1, description="Packed rows per forward pass (per rank).")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step (per rank).")
+    lr_schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="After warmup: cosine decay from optim.lr to optim.lr * min_lr_ratio, or constant optim.lr."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to optim.lr over this many steps.")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine schedule: final lr = optim.lr * min_lr_ratio.")
+    eval_every: int = Field(50, ge=0, description="Eval loss on the held-out rows every N steps (0: only at start and end).")
+    eval_at_start: bool = Field(True, description="Also measure eval loss before the first step (step 0).")
+    eval_batch_size: int = Field(4, ge=1, description="Packed held-out rows per eval forward pass.")
+    save_every: int = Field(100, ge=0, description="Write a resumable checkpoint every N steps (0: only at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Newest step checkpoints kept; older ones are deleted.")
+    log_every: int = Field(10, ge=1, description="Print a progress line every N steps (metrics.jsonl gets every step).")
+    progress_bar: bool = Field(True, description="Show a live progress bar when stdout is a terminal.")
+    seed: int = Field(0, description="Seed of the per-epoch shuffle of the train dialogues (and of torch's RNG).")
+    stop_at_step: int | None = Field(
+        None,
+        gt=0,
+        description="End this invocation after this step (a checkpoint is written, no final model) - for time-limited "
+        "jobs; run again with resume: true to continue. null: run to the end.",
+    )
+
+    @model_validator(mode="after")
+    def _steps_are_consistent(self) -> "SFTTrainConfig":
+        if self.max_steps is not None and self.warmup_steps >= self.max_steps:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) must be < max_steps ({self.max_steps}): lower warmup_steps"
+            )
+        if self.max_steps is not None and self.stop_at_step is not None and self.stop_at_step >= self.max_steps:
+            raise ValueError(
+                f"stop_at_step ({self.stop_at_step}) must be < max_steps ({self.max_steps}): drop stop_at_step "
+                "to run to the end"
+            )
+        return self
+
+
+class SFTDeepSpeedConfig(K2Config):
+    """The DeepSpeed engine around the model; the optimizer is always MuonClip (ZeroMuonClip)."""
+
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        2, description="ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over ranks."
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="Compute dtype. bf16 keeps fp32 master weights in the ZeRO optimizer (needs zero_stage >= 1)."
+    )
+    dist_backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend; auto: nccl when CUDA is visible, else gloo."
+    )
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra DeepSpeed config keys merged over the generated ones (e.g. zero_optimization tuning); "
+        "no 'optimizer' or 'scheduler' section (MuonClip and the lr schedule are k2post's).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "SFTDeepSpeedConfig":
+        if self.precision == "bf16" and self.zero_stage == 0:
+            raise ValueError("precision bf16 needs zero_stage >= 1 (ZeroMuonClip keeps the fp32 masters there): set zero_stage: 1")
+        clash = sorted({"optimizer", "scheduler"} & set(self.extra))
+        if clash:
+            raise ValueError(f"extra must not hold {clash}: the optimizer (MuonClip) and lr schedule come from optim/train")
+        return self
+
+
+@register_run_config
+class SFTConfig(K2Config):
+    """Supervised fine-tuning on chat rows (e.g. `k2post synth` output) with MuonClip under DeepSpeed."""
+
+    kind: Literal["sft"] = Field("sft", description="Run config kind; must be 'sft'.")
+    run_dir: str = Field(
+        "runs/sft_tool_use",
+        description="Outputs: metrics.jsonl, data_report.json, checkpoints/step-N, final/ (HF model), summary.json.",
+    )
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The model to fine-tune (built from its flavor if missing).")
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig, description="The chat dataset and how it is tokenized and split.")
+    optim: OptimConfig = Field(
+        default_factory=lambda: OptimConfig(lr=2e-3, weight_decay=0.1),
+        description="MuonClip settings; optim.lr is the peak lr of the schedule.",
+    )
+    train: SFTTrainConfig = Field(default_factory=SFTTrainConfig, description="The training loop.")
+    deepspeed: SFTDeepSpeedConfig = Field(default_factory=SFTDeepSpeedConfig, description="The DeepSpeed engine.")
+    resume: bool = Field(
+        False,
+        description="Continue from the newest complete checkpoint in run_dir/checkpoints (false: run_dir must not "
+        "hold an earlier run).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "SFTConfig":
+        if self.train.eval_every > 0 and self.data.eval_fraction == 0:
+            raise ValueError("train.eval_every > 0 needs held-out rows: set data.eval_fraction > 0 or train.eval_every: 0")
+        if self.model.dtype != "float32":
+            raise ValueError(
+                "model.dtype must be float32 for SFT (the optimizer keeps fp32 weights): use deepspeed.precision: bf16 "
+                "for bf16 compute"
+            )
+        return self

@@ -1,0 +1,332 @@
+"""Chat rows -> training examples: load the dataset, check each row, render it, split it.
+
+The input is an HF dataset saved with `save_to_disk` (what `k2post synth` writes), one row per
+dialogue, columns (JSON columns hold JSON text):
+
+    id        str   unique row id (also picks the held-out split, by hash)
+    messages  JSON  list of OpenAI-style chat dicts: role system|user|assistant|tool, content,
+                    optional tool_calls [{id, type: function, function: {name, arguments}}],
+                    tool_call_id (tool messages), reasoning_content (assistant thinking)
+    tools     JSON  list of OpenAI tool entries {type: function, function: {name, description, parameters}}
+    metadata, domain, verdict   carried through; `domain` is counted in the report
+
+Each row is rendered with the K2 template (`k2post.chat.template.render_ids`): the loss mask is
+1 on every assistant body (content, thinking, tool-call tokens) and its closing `<|im_end|>`.
+A row that fails (bad JSON, schema violation, dialogue the template rejects, no assistant
+token, longer than `max_seq_len` - rows are never truncated) is a `BadRow`
+`row <index> (id <id>): <reason>`; `bad_rows: skip` drops and lists it, `bad_rows: error`
+raises `BadRowError` with that line.
+
+    data = load_sft_data(cfg.data, tokenizer)
+    data.train, data.eval      # lists of packing.Example
+    data.report.to_json()      # counts, tokens, domains, every bad row
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from k2post.chat.template import assign_tool_call_ids, render_ids, special_token_ids, validate_dialogue
+from k2post.chat.types import Message, ToolSpec, dialogue_from_openai
+from k2post.sft.config import SFTDataConfig
+from k2post.sft.packing import Example
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = ("id", "messages")
+MAX_LISTED_BAD_ROWS = 1000  # data_report.json lists at most this many (all are counted)
+
+
+class SFTDataError(ValueError):
+    """The dataset as a whole cannot be used (not a dataset, missing column, too many bad rows, empty split)."""
+
+
+class BadRowError(SFTDataError):
+    """A bad row with `bad_rows: error`; the message is the row's report line."""
+
+
+class RowError(ValueError):
+    """Why one row cannot become an example (internal: turned into a BadRow)."""
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A row that was not used, and why."""
+
+    index: int
+    id: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        return f"row {self.index} (id {self.id if self.id is not None else '?'}): {self.reason}"
+
+
+# --------------------------------------------------------------------------- row schema
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RowFunction(_Schema):
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any] = "{}"
+
+
+class RowToolCall(_Schema):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: RowFunction
+
+
+class RowMessage(_Schema):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[RowToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class RowToolFunction(_Schema):
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class RowTool(_Schema):
+    type: Literal["function"] = "function"
+    function: RowToolFunction
+
+
+def _first_error(err: ValidationError, prefix: str) -> str:
+    """One line for a pydantic error: `prefix[3].role: Input should be ...` (+N more)."""
+    errors = err.errors(include_url=False)
+    loc = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in errors[0]["loc"])
+    message = errors[0]["msg"].removeprefix("Value error, ")
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{prefix}{loc}: {message}{more}"
+
+
+def _failing_message(messages: list[dict[str, Any]]) -> int:
+    """Index of the first message that `dialogue_from_openai` rejects (only called after it failed)."""
+    for stop in range(1, len(messages) + 1):
+        try:
+            dialogue_from_openai(messages[:stop])
+        except (ValidationError, ValueError, KeyError):
+            return stop - 1
+    return len(messages) - 1
+
+
+def _json_list(row: dict[str, Any], column: str) -> list[Any]:
+    """The JSON list in `row[column]` (an absent/None tools column is an empty list)."""
+    raw = row.get(column)
+    if raw is None and column == "tools":
+        return []
+    if not isinstance(raw, str):
+        raise RowError(f"{column}: expected JSON text, got {type(raw).__name__}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise RowError(f"{column}: invalid JSON ({err})") from None
+    if not isinstance(value, list):
+        raise RowError(f"{column}: expected a JSON list, got {type(value).__name__}")
+    return value
+
+
+def _validated(items: list[Any], schema: type[_Schema], column: str) -> list[dict[str, Any]]:
+    """Each item checked against `schema`; returned as plain dicts without unset fields."""
+    out = []
+    for position, item in enumerate(items):
+        try:
+            out.append(schema.model_validate(item).model_dump(exclude_none=True))
+        except ValidationError as err:
+            raise RowError(_first_error(err, f"{column}[{position}]")) from None
+    return out
+
+
+def _conversion_error(messages: list[dict[str, Any]], err: Exception) -> str:
+    """`messages[i]: why` for a dialogue that `dialogue_from_openai` rejected."""
+    where = f"messages[{_failing_message(messages)}]"
+    if isinstance(err, ValidationError):
+        return _first_error(err, where)
+    return f"{where}: {type(err).__name__}: {err}"
+
+
+def row_dialogue(row: dict[str, Any], tool_call_ids: str) -> tuple[list[Message], list[ToolSpec]]:
+    """The row's messages and tools, checked against the schema and the template's dialogue rules."""
+    messages = _validated(_json_list(row, "messages"), RowMessage, "messages")
+    tools = [ToolSpec.from_openai(tool) for tool in _validated(_json_list(row, "tools"), RowTool, "tools")]
+    if not messages:
+        raise RowError("messages: empty dialogue")
+    try:
+        dialogue = dialogue_from_openai(messages)  # e.g. bad call-argument JSON, tool message without tool_call_id
+    except (ValueError, KeyError) as err:  # ValidationError and JSONDecodeError are ValueErrors
+        raise RowError(_conversion_error(messages, err)) from None
+    try:
+        if tool_call_ids == "renumber":
+            dialogue = assign_tool_call_ids(dialogue)
+        validate_dialogue(dialogue, require_k2_ids=True)
+    except ValueError as err:
+        hint = " (set data.tool_call_ids: renumber to rewrite ids)" if "should be" in str(err) else ""
+        raise RowError(f"template: {err}{hint}") from None
+    return dialogue, tools
+
+
+def row_example(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataConfig) -> Example:
+    """Render one row into an `Example`; RowError says why it cannot be used."""
+    dialogue, tools = row_dialogue(row, cfg.tool_call_ids)
+    try:
+        rendered = render_ids(tokenizer, dialogue, tools=tools)
+    except ValueError as err:
+        raise RowError(f"template: {err}") from None
+    if not any(rendered.assistant_mask):
+        raise RowError("no assistant tokens to train on (the dialogue has no assistant message)")
+    if len(rendered.input_ids) > cfg.max_seq_len:
+        raise RowError(
+            f"{len(rendered.input_ids)} tokens > data.max_seq_len {cfg.max_seq_len} (rows are never truncated: "
+            "raise max_seq_len or shorten the dialogue)"
+        )
+    return Example(tuple(rendered.input_ids), tuple(rendered.assistant_mask), index, str(row["id"]))
+
+
+# --------------------------------------------------------------------------- split + report
+
+
+def is_eval_id(row_id: str, fraction: float, salt: str) -> bool:
+    """Whether a row id falls in the held-out split (sha256 of salt + id; independent of row order)."""
+    if fraction <= 0:
+        return False
+    digest = hashlib.sha256(f"{salt}\0{row_id}".encode()).hexdigest()
+    return int(digest[:12], 16) / 16**12 < fraction
+
+
+@dataclass
+class DataReport:
+    """What loading the dataset found: counts, tokens, domains and every bad row."""
+
+    path: str
+    rows: int = 0
+    train_examples: int = 0
+    eval_examples: int = 0
+    train_tokens: int = 0
+    train_label_tokens: int = 0
+    eval_tokens: int = 0
+    domains: Counter = field(default_factory=Counter)
+    bad_rows: list[BadRow] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able summary (bad rows listed up to MAX_LISTED_BAD_ROWS)."""
+        data = {k: v for k, v in self.__dict__.items() if k not in ("bad_rows", "domains")}
+        data["domains"] = dict(sorted(self.domains.items()))
+        data["num_bad_rows"] = len(self.bad_rows)
+        data["bad_rows"] = [str(bad) for bad in self.bad_rows[:MAX_LISTED_BAD_ROWS]]
+        return data
+
+
+@dataclass
+class SFTData:
+    """Train and held-out examples plus the loading report."""
+
+    train: list[Example]
+    eval: list[Example]
+    report: DataReport
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def open_dataset(path: str | Path, limit: int | None = None) -> Any:
+    """The HF dataset saved at `path` (first `limit` rows); SFTDataError when it is not one."""
+    from datasets import Dataset, load_from_disk
+
+    if not Path(path).is_dir():
+        raise SFTDataError(f"data.path {str(path)!r} is not a directory (expected an HF dataset saved with save_to_disk)")
+    try:
+        dataset = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as err:
+        raise SFTDataError(f"data.path {str(path)!r}: not an HF dataset saved with save_to_disk ({err})") from None
+    if not isinstance(dataset, Dataset):
+        raise SFTDataError(f"data.path {str(path)!r} holds splits {list(dataset)}: point it at one split's directory")
+    missing = [column for column in REQUIRED_COLUMNS if column not in dataset.column_names]
+    if missing:
+        raise SFTDataError(f"data.path {str(path)!r}: missing column(s) {missing} (has {dataset.column_names})")
+    return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
+
+
+def _row_id(row: dict[str, Any], seen: dict[str, int]) -> str:
+    """The row's id, checked: a non-empty string not used by an earlier row."""
+    row_id = row.get("id")
+    if not isinstance(row_id, str) or not row_id:
+        raise RowError(f"id: expected a non-empty string, got {row_id!r}")
+    if row_id in seen:
+        raise RowError(f"duplicate id (first used by row {seen[row_id]})")
+    return row_id
+
+
+def _add(report: DataReport, data: SFTData, example: Example, row: dict[str, Any], cfg: SFTDataConfig) -> None:
+    """File an example under train or eval and count it."""
+    report.domains[str(row.get("domain") or "?")] += 1
+    if is_eval_id(example.id, cfg.eval_fraction, cfg.split_salt):
+        data.eval.append(example)
+        report.eval_examples += 1
+        report.eval_tokens += len(example)
+    else:
+        data.train.append(example)
+        report.train_examples += 1
+        report.train_tokens += len(example)
+        report.train_label_tokens += example.num_label_tokens
+
+
+def _reject(report: DataReport, bad: BadRow, cfg: SFTDataConfig) -> None:
+    """Record a bad row, or raise it when bad_rows is 'error'."""
+    if cfg.bad_rows == "error":
+        raise BadRowError(f"{bad} (data.bad_rows: error; set it to skip to drop such rows)")
+    report.bad_rows.append(bad)
+
+
+def load_sft_data(cfg: SFTDataConfig, tokenizer: Any) -> SFTData:
+    """Read, check, render and split every row of the dataset at `cfg.path`."""
+    special_token_ids(tokenizer)  # a tokenizer without the K2 tokens fails here, not on every row
+    dataset = open_dataset(cfg.path, cfg.limit)
+    report = DataReport(path=str(cfg.path), rows=len(dataset))
+    data, seen = SFTData([], [], report), {}
+    for index, row in enumerate(dataset):
+        row_id = row.get("id") if isinstance(row.get("id"), str) and row.get("id") else None
+        try:
+            row_id = _row_id(row, seen)
+            seen[row_id] = index
+            _add(report, data, row_example(row, index, tokenizer, cfg), row, cfg)
+        except RowError as err:
+            _reject(report, BadRow(index, row_id, str(err)), cfg)
+    _check_usable(report, data, cfg)
+    return data
+
+
+def _check_usable(report: DataReport, data: SFTData, cfg: SFTDataConfig) -> None:
+    """Fail on too many bad rows or an empty train split; log the skipped rows."""
+    if report.bad_rows:
+        shown = "; ".join(str(bad) for bad in report.bad_rows[:3])
+        logger.warning("skipped %d of %d rows (listed in data_report.json): %s", len(report.bad_rows), report.rows, shown)
+    if report.rows and len(report.bad_rows) / report.rows > cfg.max_bad_fraction:
+        raise SFTDataError(
+            f"{len(report.bad_rows)} of {report.rows} rows are bad (> data.max_bad_fraction {cfg.max_bad_fraction}); "
+            f"first: {report.bad_rows[0]}"
+        )
+    if not data.train:
+        raise SFTDataError(
+            f"no train examples in {cfg.path!r} ({report.rows} rows, {len(report.bad_rows)} bad, "
+            f"{report.eval_examples} held out): add rows or lower data.eval_fraction"
+        )
+    if cfg.eval_fraction > 0 and not data.eval:
+        raise SFTDataError(
+            f"data.eval_fraction {cfg.eval_fraction} held out no row of {report.rows}: raise it, add rows, "
+            "or set eval_fraction: 0 and train.eval_every: 0"
+        )

@@ -1,0 +1,120 @@
+"""Judges: keep only trajectories that meet their task's rubric (large-scale rejection sampling).
+
+- `RubricJudge` (deterministic, built in): the dialogue ended normally, every success criterion
+  holds on the simulator's final state, every expected tool was called successfully, every
+  checkpoint passed, the final answer mentions the required facts, and no assistant turn holds
+  raw (unparsed) tool-call tokens. Reasons read `final_state`, `expected_tool:pay`,
+  `checkpoint:transfer_amount`, `answer`, `unfinished`, `role_error`, `malformed_tool_call`.
+- `LLMJudge`: an LLM reads the rubric and the transcript and answers JSON
+  `{"accept": bool, "reasons": [..]}`; anything else is a reject (`judge_unparseable`). Parsed
+  with `json.loads` only.
+- `AllJudges`: accepted only if every judge accepts; reasons are concatenated.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from environments.toolsets.checks import answer_matches, check_checkpoint, check_state
+from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
+from k2post.chat.types import Message
+from k2post.llm.client import LLMClient
+from k2post.synth.tasks import SynthTask
+from k2post.synth.trajectory import Trajectory
+
+
+class Verdict(BaseModel):
+    """A judge's decision on one trajectory."""
+
+    accepted: bool = Field(description="Keep the trajectory.")
+    reasons: list[str] = Field(default_factory=list, description="Why it was rejected (empty when accepted).")
+    judge: str = Field("", description="Which judge(s) decided.")
+
+
+class Judge(Protocol):
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict: ...
+
+
+def _raw_call_tokens(messages: list[Message]) -> bool:
+    return any(m.role == "assistant" and (TOOL_CALLS_BEGIN in m.content or TOOL_CALL_BEGIN in m.content) for m in messages)
+
+
+class RubricJudge:
+    """Checks the rubric against the final simulator state, the call log and the final answer."""
+
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+        if trajectory.error:
+            return Verdict(accepted=False, reasons=["role_error"], judge="rubric")
+        rubric, reasons = task.rubric, []
+        if not trajectory.finished:
+            reasons.append("unfinished")
+        if _raw_call_tokens(trajectory.messages):
+            reasons.append("malformed_tool_call")
+        if not all(check_state(check, final_state) for check in rubric.success_criteria):
+            reasons.append("final_state")
+        used = {call.name for call in trajectory.calls if call.ok}
+        reasons += [f"expected_tool:{name}" for name in rubric.expected_tools if name not in used]
+        reasons += [f"checkpoint:{cp.id}" for cp in rubric.checkpoints if not check_checkpoint(cp, trajectory.calls, final_state)]
+        if rubric.answer and not answer_matches(rubric.answer, trajectory.final_answer):
+            reasons.append("answer")
+        return Verdict(accepted=not reasons, reasons=reasons, judge="rubric")
+
+
+JUDGE_PROMPT = (
+    "You grade an assistant's tool-using conversation against a rubric.\nRubric:\n{rubric}\n\n"
+    "Conversation:\n{transcript}\n\nReply with JSON only: "
+    '{{"accept": true or false, "reasons": ["short reason", ...]}}'
+)
+
+
+def transcript(messages: list[Message]) -> str:
+    """The dialogue as readable lines (tool calls shown as name(arguments))."""
+    lines = []
+    for m in messages:
+        calls = "; ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in m.tool_calls)
+        lines.append(f"{m.role}: {m.content}{' [calls: ' + calls + ']' if calls else ''}")
+    return "\n".join(lines)
+
+
+def parse_judge_reply(text: str) -> Verdict | None:
+    """The first JSON object in `text` as a Verdict, or None when there is none / it is malformed."""
+    start, end = text.find("{"), text.rfind("}")
+    if start == -1 or end <= start:
+        return None
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    accept, reasons = data.get("accept") if isinstance(data, dict) else None, data.get("reasons", []) if isinstance(data, dict) else []
+    if not isinstance(accept, bool) or not isinstance(reasons, list):
+        return None
+    return Verdict(accepted=accept, reasons=[] if accept else [f"llm:{r}" for r in reasons] or ["llm:rejected"], judge="llm")
+
+
+class LLMJudge:
+    """An LLM grades the transcript against the rubric's lines."""
+
+    def __init__(self, client: LLMClient, **sampling: Any):
+        self.client, self.sampling = client, sampling
+
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+        if trajectory.error:
+            return Verdict(accepted=False, reasons=["role_error"], judge="llm")
+        prompt = JUDGE_PROMPT.format(rubric="\n".join(task.rubric.describe()), transcript=transcript(trajectory.messages))
+        reply = self.client.chat([Message(role="user", content=prompt)], **self.sampling)
+        return parse_judge_reply(reply) or Verdict(accepted=False, reasons=["judge_unparseable"], judge="llm")
+
+
+class AllJudges:
+    """Accepted only when every judge accepts."""
+
+    def __init__(self, judges: list[Judge]):
+        self.judges = judges
+
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+        verdicts = [j.judge(task, trajectory, final_state) for j in self.judges]
+        reasons = [r for v in verdicts for r in v.reasons]
+        return Verdict(accepted=all(v.accepted for v in verdicts), reasons=reasons, judge="+".join(v.judge for v in verdicts))

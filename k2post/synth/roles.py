@@ -1,0 +1,188 @@
+"""The roles of a synthesized dialogue, each with a deterministic built-in and an LLM backend.
+
+- agent (writes assistant turns): `ReferenceAgent` plays the task's reference solution, with a
+  seeded `mistake_rate` of realistic failures (a skipped call, a wrong argument, an early or wrong
+  answer) that the judge must catch — rejection sampling needs rejects; `LLMAgent` asks any
+  `ToolLLMClient` (a vLLM server over HTTP, the policy's engine in process).
+- user simulator: `RuleUser` phrases the request by persona and nudges an assistant that stops to
+  ask; `LLMUser` has an LLM play the persona.
+- tool simulator: `RuleToolSimulator` runs the domain's stateful simulator (controlled randomness
+  through the state's seeded failure rate); `LLMToolSimulator` has an LLM answer calls, with every
+  earlier call and result in its prompt so its answers stay consistent.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol
+
+from environments.toolsets.base import Toolset, ToolsetState
+from k2post.chat.types import Message, ToolCall, ToolSpec, dump_json, format_call_id
+from k2post.llm.client import LLMClient, ToolLLMClient
+from k2post.synth.tasks import PERSONAS, SynthTask
+
+MISTAKES = ("skip_call", "wrong_argument", "early_answer", "wrong_answer")
+
+
+class AgentRole(Protocol):
+    def next_turn(self, messages: list[Message], tools: list[ToolSpec]) -> Message: ...
+
+
+class UserRole(Protocol):
+    def opening(self) -> str: ...
+
+    def reply(self, messages: list[Message]) -> str | None: ...
+
+
+class ToolRole(Protocol):
+    def call(self, name: str, arguments: dict[str, Any]) -> str: ...
+
+
+def _calls_so_far(messages: list[Message]) -> int:
+    return sum(len(m.tool_calls) for m in messages)
+
+
+def _perturb(arguments: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """One argument changed: a number shifted, or a string altered."""
+    if not arguments:
+        return arguments
+    key = rng.choice(sorted(arguments))
+    value = arguments[key]
+    if isinstance(value, bool):
+        changed: Any = not value
+    elif isinstance(value, (int, float)):
+        changed = value + rng.choice([1, 2, 5]) * (1 if rng.random() < 0.5 else -1)
+    else:
+        changed = f"{value}x" if isinstance(value, str) else value
+    return {**arguments, key: changed}
+
+
+class ReferenceAgent:
+    """Plays the reference solution turn by turn; maybe with one seeded mistake."""
+
+    def __init__(self, task: SynthTask, rng: random.Random, mistake_rate: float, mistake: str | None = None):
+        """`mistake` forces one kind (tests); otherwise one is drawn with probability `mistake_rate`."""
+        if mistake is not None and mistake not in MISTAKES:
+            raise ValueError(f"unknown mistake {mistake!r}; known: {MISTAKES}")
+        self.turns = [[(c.name, dict(c.arguments)) for c in turn] for turn in task.scenario.reference_turns]
+        self.answer = task.scenario.reference_answer
+        drawn = rng.choice(MISTAKES) if rng.random() < mistake_rate else None
+        self.mistake = mistake or drawn
+        self.rng = rng
+        self._apply_mistake()
+        self.position = 0
+
+    def _apply_mistake(self) -> None:
+        calls = [(t, c) for t, turn in enumerate(self.turns) for c in range(len(turn))]
+        if self.mistake == "skip_call" and calls:
+            t, c = self.rng.choice(calls)
+            del self.turns[t][c]
+            self.turns = [turn for turn in self.turns if turn]
+        elif self.mistake == "wrong_argument" and any(self.turns[t][c][1] for t, c in calls):
+            t, c = self.rng.choice([(t, c) for t, c in calls if self.turns[t][c][1]])
+            name, args = self.turns[t][c]
+            self.turns[t][c] = (name, _perturb(args, self.rng))
+        elif self.mistake == "early_answer" and self.turns:
+            self.turns = self.turns[:-1]
+        elif self.mistake == "wrong_answer":
+            self.answer = "All done."
+        else:
+            self.mistake = None  # nothing to apply it to (no calls / no arguments)
+
+    def next_turn(self, messages: list[Message], tools: list[ToolSpec]) -> Message:
+        if self.position >= len(self.turns):
+            return Message(role="assistant", content=self.answer)
+        first = _calls_so_far(messages)
+        calls = [ToolCall(id=format_call_id(n, first + i), name=n, arguments=a) for i, (n, a) in enumerate(self.turns[self.position])]
+        self.position += 1
+        return Message(role="assistant", tool_calls=calls)
+
+
+class LLMAgent:
+    """Assistant turns from an LLM (tool calls parsed by the client); call ids renumbered K2-style."""
+
+    def __init__(self, client: ToolLLMClient, **sampling: Any):
+        self.client, self.sampling = client, sampling
+        self.parse_errors: list[str] = []
+
+    def next_turn(self, messages: list[Message], tools: list[ToolSpec]) -> Message:
+        result = self.client.chat_result(messages, tools=tools, **self.sampling)
+        self.parse_errors += result.parse_errors
+        first = _calls_so_far(messages)
+        calls = [c.model_copy(update={"id": format_call_id(c.name, first + i)}) for i, c in enumerate(result.message.tool_calls)]
+        return result.message.model_copy(update={"tool_calls": calls, "reasoning": None})
+
+
+class RuleUser:
+    """Persona-phrased request; nudges (at most `max_nudges` times) when the assistant asks."""
+
+    def __init__(self, task: SynthTask, max_nudges: int = 1):
+        self.persona, self.request, self.nudges_left = PERSONAS[task.persona], task.scenario.prompt, max_nudges
+
+    def opening(self) -> str:
+        return self.persona.opening.format(request=self.request)
+
+    def reply(self, messages: list[Message]) -> str | None:
+        last = messages[-1].content.strip() if messages else ""
+        if last.endswith("?") and self.nudges_left > 0:
+            self.nudges_left -= 1
+            return self.persona.nudge
+        return None
+
+
+class LLMUser:
+    """An LLM plays the user: writes the opening from the goal, then replies or says DONE."""
+
+    def __init__(self, client: LLMClient, task: SynthTask, max_replies: int = 1, **sampling: Any):
+        persona = PERSONAS[task.persona]
+        self.system = (
+            f"You play a user talking to an assistant. Persona: {persona.name} (your first message looks like "
+            f"{persona.opening!r}). Your goal: {task.scenario.prompt} Write only the user's next message."
+        )
+        self.client, self.sampling, self.replies_left = client, sampling, max_replies
+
+    def opening(self) -> str:
+        return self.client.chat([Message(role="system", content=self.system), Message(role="user", content="Write your first message.")], **self.sampling).strip()
+
+    def reply(self, messages: list[Message]) -> str | None:
+        if self.replies_left <= 0:
+            return None
+        self.replies_left -= 1
+        shown = "\n".join(f"{m.role}: {m.content}" for m in messages if m.role in ("user", "assistant") and m.content)
+        prompt = f"The conversation so far:\n{shown}\nIf your goal is met, answer exactly DONE; else write your reply."
+        text = self.client.chat([Message(role="system", content=self.system), Message(role="user", content=prompt)], **self.sampling).strip()
+        return None if not text or text.upper().startswith("DONE") else text
+
+
+class RuleToolSimulator:
+    """The domain's stateful rule-based simulator."""
+
+    def __init__(self, toolset: Toolset, state: ToolsetState, failure_rate: float = 0.0):
+        self.toolset, self.state = toolset, state
+        if failure_rate > 0:
+            self.state.failure_rate = failure_rate
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        return self.toolset.call(self.state, name, arguments)
+
+
+class LLMToolSimulator:
+    """An LLM answers tool calls; the spec and every earlier call/result are in its prompt."""
+
+    def __init__(self, client: LLMClient, tools: list[ToolSpec], context: str, **sampling: Any):
+        self.client, self.sampling = client, sampling
+        self.specs = {tool.name: tool for tool in tools}
+        self.context, self.history = context, []
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        if name not in self.specs:
+            return f"Error: unknown tool {name!r} (available: {', '.join(self.specs)})"
+        earlier = "\n".join(f"{n}({dump_json(a)}) -> {r}" for n, a, r in self.history) or "(none)"
+        prompt = (
+            f"You simulate the tool {name}: {dump_json(self.specs[name].to_openai())}. World: {self.context}\n"
+            f"Earlier calls and results (stay consistent with them):\n{earlier}\n"
+            f"Call: {name}({dump_json(arguments)})\nReply with the tool's result only."
+        )
+        result = self.client.chat([Message(role="user", content=prompt)], **self.sampling).strip() or "Error: empty result"
+        self.history.append((name, arguments, result))
+        return result

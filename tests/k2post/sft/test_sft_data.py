@@ -1,0 +1,182 @@
+"""SFT data: the loss mask is exactly the assistant tokens; bad rows are reported by index and reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_helpers import make_row, write_dataset
+from k2post.chat.template import render_assistant_body
+from k2post.chat.tokens import IM_BEGIN, IM_END, IM_MIDDLE, TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
+from k2post.chat.types import dialogue_from_openai
+from k2post.sft.config import SFTDataConfig
+from k2post.sft.data import BadRowError, SFTDataError, is_eval_id, load_sft_data
+from k2post.sft.packing import IGNORE_INDEX, pack_examples
+
+
+def _config(path, **overrides) -> SFTDataConfig:
+    return SFTDataConfig(path=str(path), eval_fraction=0.0, **overrides)
+
+
+def _oracle_mask(ids: list[int], tokenizer) -> list[int]:
+    """1 from the token after `<|im_begin|>assistant<|im_middle|>` through its `<|im_end|>`, else 0
+    (read off the token ids alone, independent of how the template builds its mask)."""
+    begin, middle, end = (tokenizer.convert_tokens_to_ids(t) for t in (IM_BEGIN, IM_MIDDLE, IM_END))
+    mask, role, in_body, header = [], None, False, []
+    for tok in ids:
+        if tok == begin:
+            header, in_body = [], False
+            mask.append(0)
+        elif tok == middle and not in_body:
+            role, in_body = tokenizer.decode(header), True
+            mask.append(0)
+        elif not in_body:
+            header.append(tok)
+            mask.append(0)
+        else:
+            mask.append(1 if role == "assistant" else 0)
+            in_body = in_body and tok != end
+    return mask
+
+
+def test_mask_covers_exactly_the_assistant_tokens(tmp_path, tool_rows, sft_tokenizer):
+    data = load_sft_data(_config(write_dataset(tool_rows, tmp_path / "ds")), sft_tokenizer)
+    assert len(data.train) == len(tool_rows) and not data.report.bad_rows
+    call_begin = sft_tokenizer.convert_tokens_to_ids(TOOL_CALL_BEGIN)
+    for example, row in zip(data.train, tool_rows):
+        assert list(example.loss_mask) == _oracle_mask(list(example.input_ids), sft_tokenizer)
+        trained = [tok for tok, bit in zip(example.input_ids, example.loss_mask) if bit]
+        assistants = [m for m in dialogue_from_openai(json.loads(row["messages"])) if m.role == "assistant"]
+        expected = "".join(render_assistant_body(m) + IM_END for m in assistants)
+        assert sft_tokenizer.decode(trained) == expected  # bodies incl. tool-call tokens + closing <|im_end|>
+        assert call_begin in trained and TOOL_CALLS_BEGIN in expected
+        untrained = sft_tokenizer.decode([tok for tok, bit in zip(example.input_ids, example.loss_mask) if not bit])
+        assert "## Return of" in untrained and "tool_declare" in untrained and IM_BEGIN + "assistant" in untrained
+
+
+def test_packed_labels_are_the_mask(tmp_path, tool_rows, sft_tokenizer):
+    data = load_sft_data(_config(write_dataset(tool_rows[:6], tmp_path / "ds"), max_seq_len=4096), sft_tokenizer)
+    rows = pack_examples(data.train, 4096)
+    assert len(rows) < len(data.train)  # several dialogues share a row
+    for row in rows:
+        start = 0
+        for length, example_id in zip(row.lengths, row.example_ids):
+            example = next(e for e in data.train if e.id == example_id)
+            labels = row.labels[start : start + length]
+            assert labels[0] == IGNORE_INDEX
+            expected = [tok if bit else IGNORE_INDEX for tok, bit in zip(example.input_ids, example.loss_mask)]
+            assert labels[1:] == expected[1:]
+            start += length
+
+
+def _good(row_id: str = "ok") -> dict:
+    messages = [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "functions.get_weather:0", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+    ]
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    return make_row(row_id, messages, tools)
+
+
+def _with(row_id: str, **columns) -> dict:
+    return {**_good(row_id), **columns}
+
+
+def _messages(edit) -> str:
+    messages = json.loads(_good()["messages"])
+    edit(messages)
+    return json.dumps(messages)
+
+
+BAD_ROWS = [
+    (_with("bad-json", messages="[{\"role\": "), "messages: invalid JSON"),
+    (_with("not-list", messages=json.dumps({"role": "user"})), "messages: expected a JSON list, got dict"),
+    (_with("empty", messages="[]"), "messages: empty dialogue"),
+    (_with("bad-role", messages=_messages(lambda m: m[0].update(role="robot"))), "messages[0].role: Input should be"),
+    (_with("typo-key", messages=_messages(lambda m: m[1].update(tool_call=[]))), "messages[1].tool_call: Extra inputs"),
+    (_with("no-call-id", messages=_messages(lambda m: m[2].pop("tool_call_id"))),
+     "messages[2]: a tool message needs tool_call_id"),
+    (_with("bad-args", messages=_messages(lambda m: m[1]["tool_calls"][0]["function"].update(arguments="{city"))),
+     "messages[1]: JSONDecodeError"),
+    (_with("orphan-result", messages=_messages(lambda m: m[2].update(tool_call_id="functions.get_weather:7"))),
+     "template: message 2: tool result for 'functions.get_weather:7' answers no earlier tool call"),
+    (_with("non-k2-id", messages=_messages(lambda m: (m[1]["tool_calls"][0].update(id="call_1"), m[2].update(tool_call_id="call_1")))),
+     "template: message 1: tool call id 'call_1' should be 'functions.get_weather:0' (set data.tool_call_ids: renumber"),
+    (_with("no-assistant", messages=json.dumps([{"role": "user", "content": "hi"}])), "no assistant tokens"),
+    (_with("too-long", messages=_messages(lambda m: m[0].update(content="word " * 600))), "tokens > data.max_seq_len 256"),
+    (_with("bad-tools", tools="nope"), "tools: invalid JSON"),
+    (_with("tool-schema", tools=json.dumps([{"type": "function", "function": {"description": "x"}}])),
+     "tools[0].function.name: Field required"),
+    (_with("ok"), "duplicate id (first used by row 0)"),
+    (_with(""), "id: expected a non-empty string, got ''"),
+]
+
+
+@pytest.fixture
+def bad_dataset(tmp_path):
+    rows = [_good("ok")] + [row for row, _ in BAD_ROWS] + [_good("ok-2")]
+    return write_dataset(rows, tmp_path / "bad")
+
+
+def test_bad_rows_are_skipped_and_listed(bad_dataset, sft_tokenizer):
+    data = load_sft_data(_config(bad_dataset, max_seq_len=256, max_bad_fraction=1.0), sft_tokenizer)
+    assert [e.id for e in data.train] == ["ok", "ok-2"]
+    report = data.report.to_json()
+    assert report["rows"] == len(BAD_ROWS) + 2 and report["num_bad_rows"] == len(BAD_ROWS)
+    for index, ((row, reason), line) in enumerate(zip(BAD_ROWS, report["bad_rows"]), start=1):
+        shown_id = row["id"] if row["id"] else "?"
+        assert line.startswith(f"row {index} (id {shown_id}): "), line
+        assert reason in line, line
+
+
+@pytest.mark.parametrize("index", [1, 8, 11])
+def test_bad_row_is_fatal_in_error_mode(tmp_path, sft_tokenizer, index):
+    row, reason = BAD_ROWS[index - 1]
+    path = write_dataset([_good("ok"), row, _good("ok-2")], tmp_path / "ds")
+    with pytest.raises(BadRowError) as err:
+        load_sft_data(_config(path, max_seq_len=256, bad_rows="error"), sft_tokenizer)
+    message = str(err.value)
+    assert message.startswith(f"row 1 (id {row['id']}): ") and reason in message and "bad_rows: error" in message
+
+
+def test_renumber_mode_fixes_call_ids(tmp_path, sft_tokenizer):
+    row, _ = next(item for item in BAD_ROWS if item[0]["id"] == "non-k2-id")
+    data = load_sft_data(_config(write_dataset([row], tmp_path / "ds"), tool_call_ids="renumber"), sft_tokenizer)
+    text = sft_tokenizer.decode(data.train[0].input_ids)
+    assert "functions.get_weather:0" in text and "call_1" not in text
+
+
+def test_too_many_bad_rows_fail_the_dataset(bad_dataset, sft_tokenizer):
+    with pytest.raises(SFTDataError, match=r"15 of 17 rows are bad \(> data.max_bad_fraction 0.5\); first: row 1"):
+        load_sft_data(_config(bad_dataset, max_seq_len=256), sft_tokenizer)
+
+
+def test_dataset_level_errors(tmp_path, sft_tokenizer):
+    with pytest.raises(SFTDataError, match="is not a directory"):
+        load_sft_data(_config(tmp_path / "missing"), sft_tokenizer)
+    path = write_dataset([{"id": "a", "text": "no messages column"}], tmp_path / "cols")
+    with pytest.raises(SFTDataError, match=r"missing column\(s\) \['messages'\]"):
+        load_sft_data(_config(path), sft_tokenizer)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(SFTDataError, match="not an HF dataset"):
+        load_sft_data(_config(tmp_path / "plain"), sft_tokenizer)
+
+
+def test_held_out_split_is_a_hash_of_the_id(tmp_path, tool_rows, sft_tokenizer):
+    ids = [f"row-{i}" for i in range(4000)]
+    share = sum(is_eval_id(i, 0.1, "salt") for i in ids) / len(ids)
+    assert 0.08 < share < 0.12
+    assert [is_eval_id(i, 0.1, "salt") for i in ids] != [is_eval_id(i, 0.1, "other") for i in ids]
+    cfg = SFTDataConfig(path=str(write_dataset(tool_rows, tmp_path / "a")), eval_fraction=0.3)
+    forward = load_sft_data(cfg, sft_tokenizer)
+    cfg_rev = cfg.model_copy(update={"path": str(write_dataset(tool_rows[::-1], tmp_path / "b"))})
+    backward = load_sft_data(cfg_rev, sft_tokenizer)
+    assert forward.eval and forward.train
+    assert {e.id for e in forward.eval} == {e.id for e in backward.eval}  # order of rows does not matter
+    assert {e.id for e in forward.eval} == {r["id"] for r in tool_rows if is_eval_id(r["id"], 0.3, cfg.split_salt)}
