@@ -1,0 +1,69 @@
+"""Configs of the RL recipe's pure parts: budgets, length penalty, temperature decay, prompt sampling."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from k2post.config.base import K2Config
+
+
+class BudgetConfig(K2Config):
+    """Budget control (K2): per task type a max-token budget; a response that hits it is penalized."""
+
+    default_max_tokens: int = Field(256, gt=0, description="Budget of task types not listed in `max_tokens`.")
+    max_tokens: dict[str, int] = Field(default_factory=dict, description="Token budget per task type (e.g. math: 128, tool_use: 512).")
+    penalty: Literal["replace", "subtract", "none"] = Field(
+        "replace", description="What a truncated response gets: replace its reward by `penalty_value`, subtract `penalty_value`, or nothing."
+    )
+    penalty_value: float = Field(0.0, description="The replacement reward (replace) or the amount subtracted (subtract).")
+
+    @model_validator(mode="after")
+    def _positive_budgets(self) -> "BudgetConfig":
+        bad = {k: v for k, v in self.max_tokens.items() if v <= 0}
+        if bad:
+            raise ValueError(f"max_tokens must be positive, got {bad}")
+        return self
+
+    def budget_for(self, task_type: str) -> int:
+        """The token budget of a task type."""
+        return self.max_tokens.get(task_type, self.default_max_tokens)
+
+
+class LengthPenaltyConfig(K2Config):
+    """The K1.5 length penalty over the K samples of a prompt (optional)."""
+
+    enabled: bool = Field(False, description="Add the length reward lambda_i (K1.5) to each sample's reward.")
+    weight: float = Field(1.0, ge=0, description="Scale of the length reward.")
+    warmup_iterations: int = Field(0, ge=0, description="Iterations before it switches on (K1.5 keeps it off early).")
+
+
+class TemperatureScheduleConfig(K2Config):
+    """Sampling-temperature decay: high early (explore), lower later (exploit)."""
+
+    kind: Literal["constant", "linear", "cosine", "exponential"] = Field("linear", description="Shape of the decay.")
+    start: float = Field(1.0, gt=0, description="Temperature at iteration 0.")
+    end: float = Field(0.7, gt=0, description="Temperature from `decay_iterations` on.")
+    decay_iterations: int = Field(100, gt=0, description="Iterations over which it goes from start to end.")
+
+
+class TemperatureConfig(K2Config):
+    """A default schedule plus per-task-type ones."""
+
+    default: TemperatureScheduleConfig = Field(default_factory=TemperatureScheduleConfig, description="Schedule of task types not listed.")
+    per_task_type: dict[str, TemperatureScheduleConfig] = Field(default_factory=dict, description="Schedule per task type.")
+
+    def schedule_for(self, task_type: str) -> TemperatureScheduleConfig:
+        """The schedule of a task type."""
+        return self.per_task_type.get(task_type, self.default)
+
+
+class PromptSamplingConfig(K2Config):
+    """How prompts are drawn from a task pool: uniform, prioritized by failure, curriculum by difficulty."""
+
+    strategy: Literal["uniform", "prioritized", "curriculum"] = Field("prioritized", description="Sampling strategy.")
+    min_weight: float = Field(0.05, gt=0, le=1, description="Prioritized: floor of a task's weight (1 - success rate), so solved tasks still come back.")
+    prior_success: float = Field(0.5, ge=0, le=1, description="Prioritized: success rate assumed for a task never tried.")
+    curriculum_start: float = Field(0.3, gt=0, le=1, description="Curriculum: share of the pool (easiest first) open at iteration 0.")
+    curriculum_iterations: int = Field(50, gt=0, description="Curriculum: iterations until the whole pool is open.")

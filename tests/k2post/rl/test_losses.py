@@ -1,0 +1,114 @@
+"""K1.5 squared-advantage loss and PTX loss: hand tables, the gradient identity at theta_old, masking."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from k2post.rl.losses import IGNORE_INDEX, group_advantages, k15_loss, ptx_loss, sequence_logratio, shifted_logprobs
+
+
+@pytest.mark.parametrize(
+    ("rewards", "k", "expected"),
+    [
+        ([1.0, 0.0], 2, [0.5, -0.5]),
+        ([1.0, 1.0, 1.0, 0.0], 4, [0.25, 0.25, 0.25, -0.75]),
+        ([0.0, 1.0, 3.0, 3.0], 2, [-0.5, 0.5, 0.0, 0.0]),
+        ([2.0], 1, [0.0]),
+    ],
+)
+def test_group_advantages(rewards, k, expected):
+    assert group_advantages(torch.tensor(rewards), k).tolist() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("logratios", "rewards", "tau", "expected"),
+    [
+        # at theta = theta_old the loss is the reward variance of each group
+        ([0.0, 0.0], [1.0, 0.0], 0.1, (0.25 + 0.25) / 2),
+        # (0.5 - 0.1*1)^2 = 0.16, (-0.5 - 0.1*(-2))^2 = 0.09 -> mean 0.125
+        ([1.0, -2.0], [1.0, 0.0], 0.1, (0.16 + 0.09) / 2),
+        # two prompts: mean of the per-prompt means
+        ([0.0, 0.0, 2.0, 0.0], [1.0, 1.0, 0.0, 1.0], 0.5, (0.0 + ((-0.5 - 1.0) ** 2 + 0.25) / 2) / 2),
+    ],
+)
+def test_k15_loss_hand_values(logratios, rewards, tau, expected):
+    # one-token responses: the sequence log-ratio is that token's difference
+    logp_new = torch.tensor(logratios)[:, None]
+    loss, stats = k15_loss(logp_new, torch.zeros_like(logp_new), torch.ones_like(logp_new), torch.tensor(rewards), group_size=2, tau=tau)
+    assert loss.item() == pytest.approx(expected)
+    assert stats["rl/loss"] == pytest.approx(expected)
+
+
+def test_masked_tokens_count_for_nothing():
+    logp_new = torch.tensor([[0.3, -1.0, 7.0, 5.0], [0.1, -2.0, -9.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0]])
+    expected = torch.tensor([0.3 - 1.0, -2.0 - 9.0])
+    assert torch.allclose(sequence_logratio(logp_new, torch.zeros_like(logp_new), mask), expected)
+    changed = logp_new.clone()
+    changed[mask == 0] = 123.0  # prompt / tool-result / padding positions
+    rewards = torch.tensor([1.0, 0.0])
+    a, _ = k15_loss(logp_new, torch.zeros_like(logp_new), mask, rewards, 2, 0.2)
+    b, _ = k15_loss(changed, torch.zeros_like(changed), mask, rewards, 2, 0.2)
+    assert a.item() == pytest.approx(b.item())
+
+
+class ToyPolicy(torch.nn.Module):
+    """A bigram policy: logits of the next token from the previous one."""
+
+    def __init__(self, vocab: int = 7):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table[ids]  # [N, T, V]
+
+
+def test_gradient_at_theta_old_is_mean_baseline_policy_gradient():
+    torch.manual_seed(0)
+    policy, k, tau = ToyPolicy(), 4, 0.3
+    ids = torch.randint(0, 7, (8, 6))                       # 2 prompts x 4 samples, 6 tokens
+    mask = torch.ones(8, 6, dtype=torch.long)
+    mask[:, :2] = 0                                          # prompt tokens
+    mask[3, 4:] = 0                                          # padding
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.2, 0.9, 0.5, 0.1])
+    logp = shifted_logprobs(policy(ids), ids)
+    loss, _ = k15_loss(logp, logp.detach(), mask, rewards, k, tau)
+    grad_loss = torch.autograd.grad(loss, policy.table, retain_graph=True)[0]
+    adv = group_advantages(rewards, k)
+    seq_logp = (logp * mask).sum(dim=1)
+    surrogate = -(2 * tau / k) * (adv * seq_logp).view(-1, k).sum(dim=1).mean()  # averaged over prompts
+    grad_pg = torch.autograd.grad(surrogate, policy.table)[0]
+    assert torch.allclose(grad_loss, grad_pg, atol=1e-6)
+    assert grad_loss.abs().sum() > 0
+
+
+def test_away_from_theta_old_the_square_brakes():
+    logp_old = torch.zeros(2, 1)
+    rewards, mask = torch.tensor([1.0, 0.0]), torch.ones(2, 1)
+    near, _ = k15_loss(torch.tensor([[0.5], [-0.5]]), logp_old, mask, rewards, 2, 1.0)
+    far, _ = k15_loss(torch.tensor([[3.0], [-3.0]]), logp_old, mask, rewards, 2, 1.0)
+    assert near.item() < 1e-9 < far.item()  # pushing the good sample too far is penalized
+
+
+def test_bad_inputs_are_clear_errors():
+    x = torch.zeros(3, 2)
+    with pytest.raises(ValueError, match="multiple of group_size=2"):
+        k15_loss(x, x, x, torch.zeros(3), 2, 0.1)
+    with pytest.raises(ValueError, match="must match"):
+        sequence_logratio(x, torch.zeros(3, 3), x)
+    with pytest.raises(ValueError, match="tau must be > 0"):
+        k15_loss(x[:2], x[:2], x[:2], torch.zeros(2), 2, 0.0)
+
+
+def test_ptx_loss_is_masked_token_nll():
+    logits = torch.zeros(1, 4, 5)
+    logits[0, 0, 2] = 10.0
+    labels = torch.tensor([[IGNORE_INDEX, 2, IGNORE_INDEX, 3]])
+    expected = (-torch.log_softmax(logits[0, 0], -1)[2] - torch.log_softmax(logits[0, 2], -1)[3]) / 2
+    assert ptx_loss(logits, labels).item() == pytest.approx(expected.item())
+    assert ptx_loss(logits, labels).item() == pytest.approx((math.log(1 + 4 * math.exp(-10)) + math.log(5)) / 2, rel=1e-5)
+    with pytest.raises(ValueError, match="no trained tokens"):
+        ptx_loss(logits, torch.full((1, 4), IGNORE_INDEX))
