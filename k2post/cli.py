@@ -78,6 +78,25 @@ def _add_sft_parser(sub: argparse._SubParsersAction) -> None:
                         "configs/sft_tool_use.yaml", _run_pipeline("sft", "run"))
 
 
+def _cmd_rl(args: argparse.Namespace) -> int:
+    from pipelines.rl import main as rl_main
+
+    if args.resume:  # with --resume the first positional is an override, not a config file
+        return rl_main(["--resume", args.resume, *([args.file] if args.file else []), *args.overrides])
+    if not args.file:
+        print("k2post rl: error: give a CONFIG or --resume RUN_DIR", file=sys.stderr)
+        return 2
+    return rl_main([args.file, *args.overrides])
+
+
+def _add_rl_parser(sub: argparse._SubParsersAction) -> None:
+    command = sub.add_parser("rl", help="colocated RL (K1.5 + PTX, MuonClip, vLLM rollouts) on embedded or cluster Ray")
+    command.add_argument("file", nargs="?", help="a `kind: rl` YAML config, e.g. configs/rl_demo.yaml")
+    command.add_argument("overrides", nargs="*", help="dotted overrides: key.path=value")
+    command.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    command.set_defaults(func=_cmd_rl)
+
+
 def _add_model_parser(sub: argparse._SubParsersAction) -> None:
     model = sub.add_parser("model", help="build and inspect models").add_subparsers(dest="model_cmd", required=True)
     init = model.add_parser("init", help="build a tiny model + tokenizer from a named flavor, in HF format")
@@ -144,6 +163,7 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_serve_parser,
     _add_synth_parser,
     _add_sft_parser,
+    _add_rl_parser,
 ]
 
 

@@ -55,3 +55,4 @@ class DemoConfig(K2Config):
 # Run configs that live next to their components register when imported here.
 from k2post.synth import config as _synth_config  # noqa: E402,F401
 from k2post.sft import config as _sft_config  # noqa: E402,F401
+from k2post.rl import run_config as _rl_config  # noqa: E402,F401

@@ -18,6 +18,7 @@ partial rollout (their environment state never leaves the actor). The controller
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from k2post.rollout.agentic import AgenticRollout, Episode, score_episode
 from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig, VLLMEngineConfig
 from k2post.rollout.engine import ChatTurn, Generation
 from k2post.rollout.sleep import SleepStats
+
+EPISODE_OPTIONS = frozenset({"temperature", "seed", "max_tokens"})
 
 
 class RolloutWorker:
@@ -56,6 +59,7 @@ class RolloutWorker:
             "weight_update_mode": self.engine.weight_update_mode,
             "weights_version": self.engine.weights_version,
             "cpu": self.engine.cpu,
+            "pid": os.getpid(),
         }
 
     def generate(self, prompts_ids: list[list[int]], sampling: SamplingConfig) -> list[list[Generation]]:
@@ -71,18 +75,64 @@ class RolloutWorker:
     def _runner(self) -> AgenticRollout:
         return AgenticRollout(self.engine, self.envs, self.rollout_cfg, self.sampling)
 
-    def start_episodes(self, items: list[tuple[str, Task]]) -> int:
-        """Queue new episodes `(env_name, task)`; returns how many are queued or paused in all."""
+    def start_episodes(self, items: list[tuple[str, Task]], options: list[dict[str, Any]] | None = None) -> int:
+        """Queue new episodes `(env_name, task)`; returns how many are queued or paused in all.
+
+        `options` (one dict per item) may set the episode's `id`, sampling `temperature`, `seed`
+        and token budget `max_tokens` (see `Episode`)."""
         unknown = sorted({name for name, _ in items} - set(self.envs))
         if unknown:
             raise KeyError(f"episodes name environments {unknown} this actor was not built with (has {sorted(self.envs)})")
+        if options is not None and len(options) != len(items):
+            raise ValueError(f"options has {len(options)} entries for {len(items)} episodes")
         runner = self._runner()
         taken = {episode.id for episode in self.episodes}
         for position, (name, task) in enumerate(items):
-            episode_id = task.id if task.id not in taken else f"{task.id}#{len(self.episodes) + position}"
+            extra = dict(options[position]) if options else {}
+            episode_id = extra.pop("id", None) or task.id
+            if episode_id in taken:
+                episode_id = f"{episode_id}#{len(self.episodes) + position}"
             taken.add(episode_id)
-            self.episodes.append(runner.start(name, task, episode_id))
+            episode = runner.start(name, task, episode_id)
+            for key, value in extra.items():
+                if key not in EPISODE_OPTIONS:
+                    raise KeyError(f"unknown episode option {key!r} (known: {sorted(EPISODE_OPTIONS)})")
+                setattr(episode, key, value)
+            self.episodes.append(episode)
         return len(self.episodes)
+
+    def run_episodes(self, items: list[tuple[str, Task]], options: list[dict[str, Any]] | None = None,
+                     iteration: int = 0) -> list[Episode]:
+        """Run episodes to the end apart from the queued/paused ones (held-out eval), scored in the actor
+        only by the caller: rewards are left unset."""
+        queued, self.episodes = self.episodes, []
+        try:
+            self.start_episodes(items, options)
+            started, self.episodes = self.episodes, []
+            cfg = self.rollout_cfg.model_copy(update={"iteration_token_budget": None})
+            result = AgenticRollout(self.engine, self.envs, cfg, self.sampling).run_iteration(started, iteration)
+            return result.finished
+        finally:
+            self.episodes = queued
+
+    def memory(self) -> dict[str, float]:
+        """RSS now and peak of this actor's process (MiB)."""
+        from k2post.rl.trainer import peak_rss_mib, rss_mib
+
+        return {"rss_mib": rss_mib(), "peak_rss_mib": peak_rss_mib()}
+
+    def export_paused(self) -> list[Episode]:
+        """The paused episodes (for a checkpoint: they pickle with their environment state)."""
+        return list(self.episodes)
+
+    def import_paused(self, episodes: list[Episode]) -> int:
+        """Replace the paused episodes by `episodes` (resume, or a restarted actor taking over)."""
+        self.episodes = list(episodes)
+        return len(self.episodes)
+
+    def ping(self) -> bool:
+        """Liveness check for the controller."""
+        return True
 
     def run_iteration(self, iteration: int = 0, score: bool = True) -> list[Episode]:
         """Step every queued/paused episode for one iteration; returns the finished ones (scored

@@ -79,6 +79,9 @@ class Episode:
     finish_reason: FinishReason | None = None
     errors: list[str] = field(default_factory=list)
     reward: Reward | None = None  # set by whoever scores the finished episode
+    temperature: float | None = None  # per-episode sampling temperature (None: the runner's sampling)
+    seed: int | None = None  # per-episode sampling seed: each generation uses episode_seed(seed, len(token_ids))
+    max_tokens: int | None = None  # per-episode budget of model-written tokens (None: cfg.max_episode_tokens)
 
     @property
     def truncated(self) -> bool:
@@ -103,6 +106,12 @@ class RolloutResult:
     paused: list[Episode]
     generated_tokens: int = 0
     rounds: int = 0
+
+
+def episode_seed(seed: int, position: int) -> int:
+    """Seed of the generation that starts at transcript length `position`: a pure function of the
+    episode's seed and where it stands, so a resumed run samples exactly what the first one did."""
+    return (seed * 1_000_003 + position * 7919) % (1 << 31)
 
 
 def _tools_of(env: Environment, task: Task) -> list[ToolSpec]:
@@ -210,7 +219,7 @@ class AgenticRollout:
         first listed wins: a hard limit ends the episode rather than pausing it)."""
         caps = {
             "context_limit": self.max_model_len - len(episode.token_ids),
-            "episode_budget": self.cfg.max_episode_tokens - episode.generated_tokens,
+            "episode_budget": (episode.max_tokens or self.cfg.max_episode_tokens) - episode.generated_tokens,
             "turn_budget": self.cfg.max_turn_tokens - (len(episode.token_ids) - episode.turn_start),
         }
         if self.cfg.iteration_token_budget is not None:
@@ -230,7 +239,7 @@ class AgenticRollout:
                 limits.append((caps[reason], reason))
         if not ready:
             return
-        samplings = [self.sampling.model_copy(update={"max_tokens": cap}) for cap, _ in limits]
+        samplings = [self._sampling_for(episode, cap) for episode, (cap, _) in zip(ready, limits)]
         generations = self._generate(ready, samplings)
         version = int(self.engine.weights_version)
         for episode, generation, (cap, reason) in zip(ready, generations, limits):
@@ -240,6 +249,15 @@ class AgenticRollout:
                 self._end_turn(episode)
             elif len(generation.token_ids) >= cap:
                 self._stop_at_cap(episode, reason)
+
+    def _sampling_for(self, episode: Episode, cap: int) -> SamplingConfig:
+        """The runner's sampling with this episode's token cap, temperature and seed."""
+        update: dict[str, Any] = {"max_tokens": cap}
+        if episode.temperature is not None:
+            update["temperature"] = episode.temperature
+        if episode.seed is not None:
+            update["seed"] = episode_seed(episode.seed, len(episode.token_ids))
+        return self.sampling.model_copy(update=update)
 
     def _generate(self, episodes: list[Episode], samplings: list[SamplingConfig]) -> list[Generation]:
         """One engine call for the batch (per-episode caps as per-prompt sampling params)."""

@@ -34,6 +34,9 @@ def worker_model(worker) -> torch.nn.Module:
     return worker.get_model() if hasattr(worker, "get_model") else worker.model_runner.model
 
 
+ABSORBED_MLA_ATTRS = ("W_UK_T", "W_UV")  # set by vLLM MLA backends in process_weights_after_loading
+
+
 def in_place_problems(model: torch.nn.Module, cpu: bool) -> list[str]:
     """Why in-place pushes cannot work on this built model (empty list: they can)."""
     if not cpu:
@@ -45,6 +48,13 @@ def in_place_problems(model: torch.nn.Module, cpu: bool) -> list[str]:
             f"{len(empty)} CPU linear weights were emptied after loading (e.g. {empty[0]}): by the CPU GEMM "
             "dispatch (apply k2post.rollout.vllm_cpu_patch.apply_cpu_weight_patch() before building the "
             "engine) or by an MLA attention backend that absorbs kv_b_proj (build with disable_mla: true)"
+        )
+    absorbed = [name for name, module in model.named_modules()
+                if any(isinstance(getattr(module, attr, None), torch.Tensor) for attr in ABSORBED_MLA_ATTRS)]
+    if absorbed:
+        problems.append(
+            f"{len(absorbed)} MLA attention layers keep kv_b_proj absorbed into W_UK_T/W_UV copies (e.g. {absorbed[0]}; "
+            "the AMX MLA backend on CPUs with AMX): a push into kv_b_proj would not reach them (build with disable_mla: true)"
         )
     packed = vllm_cpu_patch.packed_experts_without_copy(model)
     if packed:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from proc_helpers import run_bounded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,10 +29,7 @@ CASES = {
 def test_benchmark_ends_with_json(script, tmp_path):
     args, keys = CASES[script]
     extra = ["--out", str(tmp_path)] if script == "qk_clip_stress.py" else []
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args, *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
+    proc = run_bounded([sys.executable, str(ROOT / "benchmarks" / script), *args, *extra], timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert keys <= set(figures)

@@ -14,6 +14,7 @@ The single-process reference (`reference_run`) lives here too, so both sides sha
 Run by hand (2 ranks; DS_ACCELERATOR=cpu TORCHDYNAMO_DISABLE=1 MASTER_ADDR=127.0.0.1
 MASTER_PORT=29512 WORLD_SIZE=2 and RANK=LOCAL_RANK=0 / 1 for the two processes):
     python tests/k2post/optim/ds_worker.py --out /tmp/dsm --stages 0,1,2,3 --models qwen2,k2
+References (one process): python tests/k2post/optim/ds_worker.py --out /tmp/dsm --reference
 """
 
 from __future__ import annotations
@@ -265,13 +266,26 @@ def _checkpoint_round_trip(engine, ids: torch.Tensor, ckpt: Path, stage: int, re
     result["C2"] = _gathered_snapshot(engine, stage)
 
 
+def write_references(out: Path, kinds: list[str]) -> None:
+    """The single-process runs, in a fresh process with one thread like the ranks: a pytest process
+    may have had its thread pool rebound by an earlier in-process engine, which changes reductions."""
+    refs = {kind: {"micro": reference_run(kind, 2), "full": reference_run(kind, 1), "init": _snapshot(build_small(kind))}
+            for kind in kinds}
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(refs, out / "refs.pt")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stages", default="0,1,2,3")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--reference", action="store_true", help="write the single-process references to OUT/refs.pt instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.reference:
+        write_references(args.out, args.models.split(","))
+        return
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="gloo")

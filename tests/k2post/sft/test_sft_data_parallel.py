@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from data_helpers import tool_use_rows, write_dataset
+from proc_helpers import run_bounded
 from k2post.config.loader import validate_config
 from k2post.sft.config import SFTConfig
 from k2post.sft.metrics import read_metrics
@@ -47,7 +47,7 @@ def _torchrun(config: Path, *overrides: str) -> None:
     env["PYTHONPATH"] = str(REPO)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
                "-m", "pipelines.sft", str(config), *overrides]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = run_bounded(command, timeout=300, cwd=REPO, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 

@@ -11,6 +11,7 @@ CPU kernels are deterministic for equal inputs. A third run is SIGKILLed in a su
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ import torch
 import yaml
 
 from data_helpers import tool_use_rows, write_dataset
+from proc_helpers import run_bounded
 from k2post.config.loader import validate_config
 from k2post.sft.config import SFTConfig
 from k2post.sft.metrics import read_metrics
@@ -119,11 +121,23 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float, log: Path) -> 
         time.sleep(0.05)
 
 
+def _cli_sft(work_dir: Path, name: str, raw: dict, *overrides: str) -> Path:
+    """Write the config and run `k2post sft` on it to the end in a fresh process; returns the config path."""
+    config = work_dir / f"sft_{name}.yaml"
+    config.write_text(yaml.safe_dump({"kind": "sft", **raw}))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = run_bounded([sys.executable, "-m", "k2post.cli", "sft", str(config), *overrides], timeout=420, cwd=REPO, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return config
+
+
 def test_killed_run_resumes_to_the_same_weights(work_dir, dataset, tiny_qwen2_dir):
-    """`k2post sft` in a subprocess, SIGKILLed right after step-3 is written; resuming finishes the run."""
-    reference = work_dir / "straight2"
-    if not (reference / "final").is_dir():
-        pytest.skip("needs the stage-2 uninterrupted run of test_stop_and_resume_matches_an_uninterrupted_run")
+    """`k2post sft` in a subprocess, SIGKILLed right after step-3 is written; resuming finishes the run.
+
+    Every run here is a fresh process (the reference too): the pytest process may have had its
+    thread pool rebound by an earlier in-process vLLM engine, which changes float reductions."""
+    reference = work_dir / "straight2_cli"
+    _cli_sft(work_dir, "reference", _raw_config(reference, dataset, tiny_qwen2_dir, 2))
     run_dir = work_dir / "killed"
     raw = _raw_config(run_dir, dataset, tiny_qwen2_dir, 2)
     raw["train"].update(save_every=1, keep_checkpoints=10)
@@ -137,7 +151,8 @@ def test_killed_run_resumes_to_the_same_weights(work_dir, dataset, tiny_qwen2_di
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (run_dir / "final").exists()
-    summary = _run({**raw}, resume=True)
+    _cli_sft(work_dir, "killed", raw, "resume=true")
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["completed"] and summary["resumed_from"] >= 3
     wa, wb = _weights(reference / "final"), _weights(run_dir / "final")
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) == 0.0

@@ -1,0 +1,150 @@
+"""From finished episodes to trainer batches: groups of K, shaped rewards, advantages, shards.
+
+Pure functions (no engines), tested in tests/k2post/rl/test_batch.py.
+
+    groups = GroupBook(k=4)
+    groups.open("i0-p3", n=4)                          # a prompt's K episodes are out
+    ready = groups.add(samples)                        # complete groups come back
+    rewards = shaped_rewards(group, budget, length_cfg, iteration, threshold)
+    seqs = step_sequences(ready_groups, advantages)    # TrainSequence rows of one optimizer step
+    shards = shard_for_ranks(seqs, world_size)         # rank r trains shards[r]
+
+The K1.5 loss of a step is (1/(G*K)) sum_i (A_i - tau * logratio_i)^2 over its G groups: with
+the advantages A_i computed here from the whole group, it splits over sequences, so micro-batches
+and ranks may cut groups anywhere (`micro_loss_scale` gives each micro-batch's factor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from k2post.rl.config import BudgetConfig, LengthPenaltyConfig
+from k2post.rl.shaping import apply_budget, grouped_length_rewards
+
+
+@dataclass
+class Sample:
+    """One finished episode as the trainer needs it."""
+
+    group_id: str
+    index: int  # position in its group (0..K-1)
+    env_name: str
+    task_type: str
+    task_id: str
+    token_ids: list[int]  # the whole transcript (prompt, model tokens, tool results)
+    loss_mask: list[int]  # 1 = model-written token
+    reward: float  # the environment's reward (before shaping)
+    truncated: bool
+    finish_reason: str
+    versions: list[int] = field(default_factory=list)  # policy version per model-written token
+    reward_error: str | None = None
+
+    @property
+    def response_tokens(self) -> int:
+        """Model-written tokens."""
+        return int(sum(self.loss_mask))
+
+
+@dataclass
+class TrainSequence:
+    """One row of a trainer batch: tokens, mask, the advantage A_i (logp_old filled by the trainer)."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    advantage: float
+    key: str  # group_id/index
+
+
+class GroupBook:
+    """Tracks prompt groups whose K episodes finish at different iterations (partial rollout)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.open_groups: dict[str, dict[int, Sample]] = {}
+        self.ready: list[list[Sample]] = []  # complete groups not yet trained on, in completion order
+
+    def open(self, group_id: str) -> None:
+        """A new group whose K episodes are being rolled out."""
+        if group_id in self.open_groups:
+            raise ValueError(f"group {group_id!r} is already open")
+        self.open_groups[group_id] = {}
+
+    def add(self, samples: Sequence[Sample]) -> int:
+        """File finished samples; complete groups move to `ready`. Returns how many completed."""
+        completed = 0
+        for sample in samples:
+            group = self.open_groups.get(sample.group_id)
+            if group is None:
+                raise KeyError(f"sample of unknown group {sample.group_id!r}")
+            group[sample.index] = sample
+            if len(group) == self.k:
+                self.ready.append([group[i] for i in range(self.k)])
+                del self.open_groups[sample.group_id]
+                completed += 1
+        return completed
+
+    def drop(self, group_ids: Sequence[str]) -> None:
+        """Forget open groups (their episodes were lost with a dead actor)."""
+        for group_id in group_ids:
+            self.open_groups.pop(group_id, None)
+
+    def take(self, n_groups: int) -> list[list[Sample]]:
+        """The oldest `n_groups` ready groups (removed from `ready`)."""
+        taken, self.ready = self.ready[:n_groups], self.ready[n_groups:]
+        return taken
+
+
+def shaped_rewards(
+    group: Sequence[Sample], budget: BudgetConfig, length: LengthPenaltyConfig, iteration: int, threshold: float
+) -> list[float]:
+    """Rewards of one group after budget control (truncated -> penalty) and the optional length reward."""
+    rewards = apply_budget([s.reward for s in group], [s.truncated for s in group], budget)
+    if length.enabled:
+        correct = [s.reward >= threshold for s in group]
+        bonus = grouped_length_rewards([s.response_tokens for s in group], correct, len(group), length, iteration)
+        rewards = [r + b for r, b in zip(rewards, bonus)]
+    return rewards
+
+
+def group_advantages_of(rewards: Sequence[float]) -> list[float]:
+    """r_i - mean(r) within one group."""
+    mean = sum(rewards) / len(rewards)
+    return [r - mean for r in rewards]
+
+
+def step_sequences(groups: Sequence[Sequence[Sample]], rewards: Sequence[Sequence[float]]) -> list[TrainSequence]:
+    """The sequences of one optimizer step, with their advantages (group order kept)."""
+    rows = []
+    for group, group_rewards in zip(groups, rewards):
+        for sample, advantage in zip(group, group_advantages_of(group_rewards)):
+            rows.append(TrainSequence(sample.token_ids, sample.loss_mask, advantage, f"{sample.group_id}/{sample.index}"))
+    return rows
+
+
+def shard_for_ranks(rows: Sequence[Any], world_size: int) -> list[list[Any]]:
+    """Contiguous, equal shards (rows must divide evenly: the config guarantees it)."""
+    if len(rows) % world_size:
+        raise ValueError(f"{len(rows)} sequences do not split over {world_size} ranks")
+    size = len(rows) // world_size
+    return [list(rows[r * size : (r + 1) * size]) for r in range(world_size)]
+
+
+def micro_batches(rows: Sequence[Any], size: int) -> list[list[Any]]:
+    """Consecutive micro-batches of at most `size` rows."""
+    return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
+
+
+def micro_loss_scale(step_sequences_total: int, world_size: int, gas: int) -> float:
+    """Factor on a micro-batch's sum of squared residuals so that DeepSpeed (which divides by gas
+    and averages over ranks) ends with the gradient of (1/N) sum_i residual_i^2 over the step's N."""
+    return world_size * gas / step_sequences_total
+
+
+def pad_rows(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Right-pad to the longest row (padding is masked out; causal attention never reads it)."""
+    width = max(len(ids) for ids in token_ids)
+    ids = [list(row) + [pad_id] * (width - len(row)) for row in token_ids]
+    masks = [list(mask) + [0] * (width - len(mask)) for mask in loss_masks]
+    return ids, masks

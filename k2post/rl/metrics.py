@@ -1,0 +1,131 @@
+"""RL run outputs: metrics.jsonl rows, TensorBoard events and PNG plots.
+
+    log = RunLog(run_dir)                  # metrics.jsonl + tb/ (TensorBoard)
+    log.append({"iteration": 3, "reward/mean": 0.4, ...})
+    write_plots(run_dir / "metrics.jsonl", run_dir / "plots")
+
+Plots (one PNG each): reward, held-out accuracy per environment, response length and truncation
+rate, max attention logit, weight-sync time, time per phase.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from k2post.sft.metrics import MetricsLog
+
+PLOTS = {
+    "reward": ("reward/mean", "reward/shaped_mean"),
+    "heldout_accuracy": ("eval/",),
+    "length_truncation": ("rollout/response_tokens_mean", "rollout/truncation_rate"),
+    "max_logit": ("max_logit",),
+    "weight_sync": ("time/push_s",),
+    "phase_times": ("time/",),
+}
+
+
+class RunLog:
+    """metrics.jsonl (keyed by `iteration`) plus TensorBoard scalars."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self.jsonl = MetricsLog(run_dir / "metrics.jsonl")
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(run_dir / "tb"))
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.jsonl.append(row)
+        if self.writer is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "iteration" and math.isfinite(float(value)):
+                    self.writer.add_scalar(key, float(value), int(row["iteration"]))
+            self.writer.flush()
+
+    def truncate_after(self, iteration: int) -> None:
+        """Drop rows after `iteration` and any torn line (a resumed run rewrites them)."""
+        path = self.jsonl.path
+        if path.is_file():
+            keep = [json.dumps(r) for r in read_metrics(path) if int(r["iteration"]) <= iteration]
+            path.write_text("".join(line + "\n" for line in keep))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of metrics.jsonl; a line torn by a crash mid-write is skipped."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "iteration" in row:
+            rows.append(row)
+    return rows
+
+
+def _series(rows: list[dict[str, Any]], prefixes: tuple[str, ...]) -> dict[str, tuple[list[int], list[float]]]:
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and any(key.startswith(p) or key.endswith(p) for p in prefixes):
+                xs, ys = out.setdefault(key, ([], []))
+                xs.append(int(row["iteration"]))
+                ys.append(float(value))
+    return out
+
+
+def write_plots(metrics_path: Path, out_dir: Path) -> list[Path]:
+    """One PNG per entry of PLOTS (skipping ones with no data); returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(metrics_path) if "iteration" in r]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, prefixes in PLOTS.items():
+        series = _series(rows, prefixes)
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for key, (xs, ys) in sorted(series.items()):
+            ax.plot(xs, ys, marker=".", label=key)
+        ax.set_xlabel("iteration")
+        ax.set_title(name.replace("_", " "))
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def summary_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """First and last held-out accuracy per environment, and the reward trend."""
+    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
+    rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
+    first, last = (evals[0], evals[-1]) if evals else ({}, {})
+    return {
+        "eval_first": {k: v for k, v in first.items() if k.startswith("eval/")},
+        "eval_last": {k: v for k, v in last.items() if k.startswith("eval/")},
+        "reward_first": rewards[0] if rewards else None,
+        "reward_last": rewards[-1] if rewards else None,
+        "iterations": max((int(r["iteration"]) for r in rows), default=0),
+    }
+
+
+def dump_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (tmp + rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)

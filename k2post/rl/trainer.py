@@ -1,0 +1,258 @@
+"""One RL trainer rank: DeepSpeed + ZeroMuonClip on the K1.5 + PTX loss, and the weight sender.
+
+The controller (`pipelines/rl.py`) starts `world_size` of these as Ray actors (`RLTrainerWorker`
+is the plain class) and drives them in lock step: every method below that touches the model is
+collective over the ranks (gloo on CPU, nccl on GPU), so the controller calls it on all ranks
+at once. Per iteration:
+
+    logp_old = worker.sequence_logprobs(rows)         # pi_old: the weights that generated them
+    row = worker.train_step(micro_batches, step)      # K1.5 (+ PTX) -> engine.backward/step -> QK-Clip
+    worker.push_weights()                             # checkpoint engine -> this rank's rollout actor
+
+Rank r's `WeightSender` serves rollout replica r (every rank holds every bucket after the
+broadcast); ZeRO 0-2 keep full module params on each rank, which are registered live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from k2post.rl.batch import TrainSequence, micro_loss_scale, pad_rows
+from k2post.rl.losses import ptx_loss, shifted_logprobs
+from k2post.rl.run_config import RLConfig
+
+log = logging.getLogger(__name__)
+
+
+def rss_mib() -> float:
+    """Resident memory of this process now (MiB)."""
+    with open("/proc/self/statm") as handle:
+        pages = int(handle.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _set_dist_env(rank: int, world_size: int, master_port: int) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "TORCHDYNAMO_DISABLE": "1"})
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def deepspeed_config(cfg: RLConfig) -> dict[str, Any]:
+    """DeepSpeed config of the trainer: fixed forwards per step, no clipping, the configured ZeRO stage."""
+    gas = cfg.gradient_accumulation_steps()
+    return {
+        "train_micro_batch_size_per_gpu": cfg.loss.micro_batch_size,
+        "gradient_accumulation_steps": gas,
+        "train_batch_size": cfg.loss.micro_batch_size * gas * cfg.trainer.world_size,
+        "gradient_clipping": 0.0,
+        "zero_optimization": {"stage": cfg.trainer.zero_stage},
+        "steps_per_print": 10**9,
+    }
+
+
+class RLTrainerWorker:
+    """One trainer rank (a Ray actor in the run; usable directly in one process)."""
+
+    def __init__(self, cfg: RLConfig, model_dir: str, rank: int, master_port: int) -> None:
+        _set_dist_env(rank, cfg.trainer.world_size, master_port)
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.rank, self.world_size = cfg, rank, cfg.trainer.world_size
+        self.model_dir = model_dir
+        self._init_engine()
+        self.ptx_rows = self._load_ptx()
+        self.sender = None
+        self.offloaded = False
+
+    # ------------------------------------------------------------------ setup
+
+    def _init_engine(self) -> None:
+        from k2post.models.loading import load_causal_lm, load_tokenizer
+        from k2post.optim.deepspeed_muon import deepspeed_initialize
+        from k2post.optim.qk_clip import MaxLogitRecorder
+        from k2post.sft.runtime import init_distributed
+
+        self.dist = init_distributed(self.cfg.trainer.dist_backend)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        model = load_causal_lm(self.model_dir, "float32").train()
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        self.engine, self.optimizer = deepspeed_initialize(model, self.cfg.optim, deepspeed_config(self.cfg))
+        self.recorder = MaxLogitRecorder().attach(self.engine.module) if self.cfg.optim.qk_clip.enabled else None
+        self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id)
+
+    def _load_ptx(self) -> list[Any]:
+        if self.cfg.loss.ptx_coef == 0:
+            return []
+        from k2post.sft.config import SFTDataConfig
+        from k2post.sft.data import load_sft_data
+        from k2post.sft.packing import pack_examples
+
+        data_cfg = SFTDataConfig(path=self.cfg.loss.ptx_data, eval_fraction=0.0, packing=False, max_seq_len=self.cfg.rollout.engine.max_model_len)
+        data = load_sft_data(data_cfg, self.tokenizer)
+        if not data.train:
+            raise ValueError(f"loss.ptx_data {self.cfg.loss.ptx_data!r} has no usable rows")
+        return pack_examples(data.train, data_cfg.max_seq_len, False)
+
+    def _make_sender(self):
+        from checkpoint_engine import CheckpointEngineConfig, WeightSender
+
+        config = CheckpointEngineConfig(bucket_nbytes=self.cfg.trainer.bucket_mb << 20, timeout_s=300.0,
+                                        device="cuda" if torch.cuda.is_available() else "cpu")
+        serve = self.rank < self.cfg.rollout.replicas  # rank r feeds replica r; the others only broadcast
+        sender = WeightSender(config, rank=self.rank, world_size=self.world_size, serve=serve)
+        for name, param in self.engine.module.named_parameters():
+            sender.register(name, param.data, owner=0)
+        return sender
+
+    def ready(self) -> dict[str, Any]:
+        """Facts for the controller: sender address, param count, pid, memory."""
+        n_params = sum(p.numel() for p in self.engine.module.parameters())
+        return {"rank": self.rank, "params": n_params, "pid": os.getpid(), "rss_mib": rss_mib()}
+
+    # ------------------------------------------------------------------ forward passes
+
+    def _forward_logprobs(self, rows: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs [B, T] and the loss mask [B, T] of a micro-batch."""
+        ids, masks = pad_rows([r.token_ids for r in rows], [r.loss_mask for r in rows], self.pad_id)
+        input_ids = torch.tensor(ids, dtype=torch.long, device=self.engine.device)
+        mask = torch.tensor(masks, dtype=torch.float32, device=self.engine.device)
+        logits = self.engine(input_ids=input_ids, use_cache=False).logits
+        return shifted_logprobs(logits, input_ids), mask
+
+    @torch.no_grad()
+    def sequence_logprobs(self, rows: list[TrainSequence]) -> list[float]:
+        """log pi(y|x) per row under the current weights (masked token sum): pi_old for this iteration."""
+        out: list[float] = []
+        size = self.cfg.loss.micro_batch_size
+        recording = self.recorder.paused() if self.recorder is not None else contextlib.nullcontext()
+        with recording:
+            for start in range(0, len(rows), size):
+                logp, mask = self._forward_logprobs(rows[start : start + size])
+                out.extend((logp * mask).sum(dim=-1).tolist())
+        return out
+
+    def train_step(self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int) -> dict[str, Any]:
+        """One optimizer step over this rank's micro-batches (K1.5 residuals + PTX on the last)."""
+        started = time.perf_counter()
+        tau, gas = self.cfg.loss.tau, len(micro)
+        total = sum(len(m) for m in micro) * self.world_size
+        scale = micro_loss_scale(total, self.world_size, gas)
+        sums = {"loss": 0.0, "logratio_abs": 0.0, "ptx": 0.0}
+        for index, (rows, old) in enumerate(zip(micro, logp_old)):
+            logp, mask = self._forward_logprobs(rows)
+            logratio = (logp * mask).sum(dim=-1) - torch.tensor(old, device=logp.device)
+            advantages = torch.tensor([r.advantage for r in rows], device=logp.device)
+            residual_sq = (advantages - tau * logratio).pow(2).sum()
+            loss = residual_sq * scale
+            if index == gas - 1 and self.ptx_rows:
+                ptx = self._ptx_loss(step)
+                loss = loss + self.cfg.loss.ptx_coef * ptx * gas
+                sums["ptx"] = float(ptx.detach())
+            self.engine.backward(loss)
+            self.engine.step()
+            sums["loss"] += float(residual_sq.detach())
+            sums["logratio_abs"] = max(sums["logratio_abs"], float(logratio.detach().abs().max()))
+        qk = self._qk_clip()
+        return self._step_metrics(sums, total, qk, time.perf_counter() - started)
+
+    def _ptx_loss(self, step: int) -> torch.Tensor:
+        from k2post.sft.packing import collate, model_inputs
+
+        n = self.cfg.loss.ptx_rows_per_step
+        first = (step * self.world_size + self.rank) * n
+        rows = [self.ptx_rows[(first + j) % len(self.ptx_rows)] for j in range(n)]
+        batch = collate(rows, self.pad_id)
+        logits = self.engine(**model_inputs(batch)).logits
+        return ptx_loss(logits, batch["labels"].to(logits.device))
+
+    def _qk_clip(self) -> dict[str, float]:
+        if self.recorder is None:
+            return {}
+        from k2post.optim.deepspeed_muon import apply_qk_clip_zero
+
+        return apply_qk_clip_zero(self.engine, self.recorder, self.cfg.optim.qk_clip.tau).to_metrics()
+
+    def _step_metrics(self, sums: dict[str, float], total: int, qk: dict[str, float], seconds: float) -> dict[str, Any]:
+        from k2post.sft.runtime import all_reduce_sum
+
+        loss_sum, ptx_sum = all_reduce_sum([sums["loss"], sums["ptx"]])
+        row = {"train/k15_loss": loss_sum / total, "train/logratio_abs_max": sums["logratio_abs"], "time/trainer_step_s": seconds}
+        if self.ptx_rows:
+            row["train/ptx_loss"] = ptx_sum / self.world_size
+        return {**row, **qk}
+
+    # ------------------------------------------------------------------ weights, memory, checkpoints
+
+    def open_push(self) -> str | None:
+        """A fresh sender for the next push; returns its address for the rollout actor to connect to.
+
+        The engine side opens one `WeightReceiver` per update (`VLLMEngine.receive_update`), so
+        each push gets its own listener and IPC slots (cheap: one socket, two shm segments)."""
+        if self.sender is not None:
+            self.sender.close()
+        self.sender = self._make_sender()
+        return self.sender.address
+
+    def push_weights(self) -> dict[str, Any]:
+        """Stream the current weights to this rank's rollout actor (it must be receiving on `open_push`'s address)."""
+        stats = self.sender.push()
+        return {"nbytes": stats.nbytes, "seconds": stats.elapsed_s, "gb_per_s": stats.gb_per_s}
+
+    def offload(self) -> dict[str, Any]:
+        """Move params to DRAM while the engines generate (GPU only; on CPU there is nothing to move)."""
+        if not torch.cuda.is_available() or not self.cfg.trainer.offload_during_rollout:
+            return {"offloaded": False, "reason": "no device: params already live in DRAM"}
+        self.engine.module.to("cpu")
+        torch.cuda.empty_cache()
+        self.offloaded = True
+        return {"offloaded": True}
+
+    def reload(self) -> None:
+        """Bring offloaded params back to the device before training."""
+        if self.offloaded:
+            self.engine.module.to(self.engine.device)
+            self.offloaded = False
+
+    def memory(self) -> dict[str, float]:
+        """RSS now and peak (MiB), and the device's peak when there is one."""
+        out = {"rss_mib": rss_mib(), "peak_rss_mib": peak_rss_mib()}
+        if torch.cuda.is_available():
+            out["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        return out
+
+    def save(self, directory: str) -> None:
+        """Write the engine state (every rank), the HF model and tokenizer (rank 0) and RNG into `directory`."""
+        from k2post.sft import checkpoint as ckpt
+
+        path = Path(directory)
+        self.engine.save_checkpoint(str(path / ckpt.ENGINE_DIR), tag=ckpt.ENGINE_TAG)
+        ckpt.save_rng(path, self.rank)
+        ckpt.save_hf(self.engine.module, self.tokenizer, path, self.cfg.trainer.zero_stage, self.rank == 0)
+
+    def load(self, directory: str) -> None:
+        """Restore what `save` wrote (same world size and ZeRO stage)."""
+        from k2post.sft import checkpoint as ckpt
+
+        ckpt.load_engine_state(self.engine, Path(directory))
+        ckpt.load_rng(Path(directory), self.rank)
+
+    def close(self) -> None:
+        """Close the sender and leave the process group."""
+        from k2post.sft.runtime import shutdown_distributed
+
+        if self.sender is not None:
+            self.sender.close()
+        shutdown_distributed(self.dist)
