@@ -88,13 +88,16 @@ def allocate(counts_total: int, weights: dict[str, float], iteration: int, seed:
     return counts
 
 
+def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(iteration, dir) of every complete iter-N checkpoint (has controller.pkl), oldest first."""
+    found = [(int(p.name[5:]), p) for p in (run_dir / CHECKPOINTS).glob("iter-*") if p.name[5:].isdigit()]
+    return sorted((n, p) for n, p in found if (p / STATE_FILE).is_file())
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete iter-N checkpoint (has controller.pkl), or None."""
-    done = []
-    for path in (run_dir / CHECKPOINTS).glob("iter-*"):
-        if (path / STATE_FILE).is_file() and path.name[5:].isdigit():
-            done.append((int(path.name[5:]), path))
-    return max(done)[1] if done else None
+    """The newest complete iter-N checkpoint, or None."""
+    done = complete_checkpoints(run_dir)
+    return done[-1][1] if done else None
 
 
 class RLRun:
@@ -123,10 +126,8 @@ class RLRun:
 
     def build_tasks(self) -> None:
         """Train pools and held-out (test split, other seed) tasks per environment; one sampler per env."""
-        from k2post.envs.mix import EnvEntryConfig
-
         train = self.cfg.train
-        self.envs = {entry.name: EnvEntryConfig.model_validate(entry.model_dump()).make() for entry in self.cfg.envs}
+        self.envs = {entry.name: entry.make() for entry in self.cfg.envs}
         self.pools: dict[str, dict[str, Task]] = {}
         self.heldout: dict[str, list[Task]] = {}
         self.samplers: dict[str, PromptSampler] = {}
@@ -426,8 +427,7 @@ class RLRun:
         return target
 
     def _prune(self) -> None:
-        done = sorted((int(p.name[5:]), p) for p in (self.run_dir / CHECKPOINTS).glob("iter-*") if p.name[5:].isdigit())
-        for _, path in done[: -self.cfg.train.keep_checkpoints]:
+        for _, path in complete_checkpoints(self.run_dir)[: -self.cfg.train.keep_checkpoints]:
             shutil.rmtree(path, ignore_errors=True)
 
     def resume_from(self, checkpoint: Path) -> None:
