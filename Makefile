@@ -10,7 +10,7 @@ PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 STAMP := $(VENV)/.k2post-setup-$(PYPROJECT_HASH)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo clean-venv
+.PHONY: setup test test-fast demo smoke clean-venv
 
 setup: $(STAMP)
 
@@ -33,6 +33,9 @@ test-fast: setup
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 demo: setup
+	$(PY) -m pipelines.recipe configs/recipe_demo.yaml
+
+smoke: setup
 	$(PY) -m pipelines.demo configs/demo.yaml
 
 clean-venv:

@@ -9,9 +9,11 @@
     k2post serve MODEL_DIR [--port 8000] [--api-key KEY] [--host 127.0.0.1]
     k2post synth configs/synth_tool_use.yaml [key.path=value ...]
     k2post sft configs/sft_tool_use.yaml [key.path=value ...]
+    k2post rl configs/rl_demo.yaml [key.path=value ...] | k2post rl --resume RUN_DIR
+    k2post eval MODEL_OR_RUN_DIR [--env NAME] [--env-config YAML] [--n N] [--seed S]
+    k2post recipe configs/recipe_demo.yaml [key.path=value ...]   # what `make demo` runs
 
-Later issues add `sft`, `rl`, `synth`, `eval`, `envs` and `serve` as further subcommands
-(each one registers a parser in `_SUBCOMMANDS`). Config and input errors print one line
+Each subcommand registers a parser in `_SUBCOMMANDS`. Config and input errors print one line
 and exit with status 2.
 """
 
@@ -118,8 +120,19 @@ def _add_config_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
-    _add_config_command(sub, "demo", "end-to-end smoke run (tiny model, vLLM vs transformers)", "configs/demo.yaml",
+    _add_config_command(sub, "demo", "engine smoke check: tiny model chatting through vLLM, checked against transformers", "configs/demo.yaml",
                         _run_pipeline("demo", "main"))
+
+
+def _add_recipe_parser(sub: argparse._SubParsersAction) -> None:
+    _add_config_command(sub, "recipe", "the recipe end to end: model, synth, SFT, eval, RL, eval, report (what `make demo` runs)",
+                        "configs/recipe_demo.yaml", _run_pipeline("recipe", "main"))
+
+
+def _add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    from k2post.evaluation.cli import add_eval_parser
+
+    add_eval_parser(sub)
 
 
 def _add_envs_parser(sub: argparse._SubParsersAction) -> None:
@@ -164,6 +177,8 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_synth_parser,
     _add_sft_parser,
     _add_rl_parser,
+    _add_eval_parser,
+    _add_recipe_parser,
 ]
 
 

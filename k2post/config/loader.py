@@ -70,19 +70,33 @@ def _number_or_same(value: Any) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Return a copy of `data` with each `key.path=value` override set (creating mappings)."""
+    """Return a copy of `data` with each `key.path=value` override set (creating mappings; a number
+    indexes an existing list, e.g. `envs.0.weight=2`)."""
     merged = _deep_copy(data)
     for text in overrides:
         keys, value = parse_override(text)
-        node = merged
+        node: Any = merged
         for depth, key in enumerate(keys[:-1]):
-            child = node.setdefault(key, {})
-            if not isinstance(child, dict):
-                where = ".".join(keys[: depth + 1])
-                raise ConfigError(f"override {text!r}: {where} is a value, not a section")
-            node = child
-        node[keys[-1]] = value
+            node = _child(node, key, text, ".".join(keys[: depth + 1]))
+        if isinstance(node, list):
+            node[_index(node, keys[-1], text, ".".join(keys))] = value
+        else:
+            node[keys[-1]] = value
     return merged
+
+
+def _index(items: list[Any], key: str, text: str, where: str) -> int:
+    if not key.isdigit() or int(key) >= len(items):
+        raise ConfigError(f"override {text!r}: {where}: {key!r} is not an index of a list of {len(items)}")
+    return int(key)
+
+
+def _child(node: Any, key: str, text: str, where: str) -> Any:
+    """The section `key` of a mapping (created if missing) or the item `key` of a list."""
+    child = node[_index(node, key, text, where)] if isinstance(node, list) else node.setdefault(key, {})
+    if not isinstance(child, (dict, list)):
+        raise ConfigError(f"override {text!r}: {where} is a value, not a section")
+    return child
 
 
 def _deep_copy(data: Any) -> Any:

@@ -40,6 +40,7 @@ class Sample:
     finish_reason: str
     versions: list[int] = field(default_factory=list)  # policy version per model-written token
     reward_error: str | None = None
+    rollout_logprob: float | None = None  # log pi(y|x) by the engine that sampled it (sum over model tokens)
 
     @property
     def response_tokens(self) -> int:
@@ -55,6 +56,7 @@ class TrainSequence:
     loss_mask: list[int]
     advantage: float
     key: str  # group_id/index
+    rollout_logprob: float | None = None  # the sampling engine's log pi(y|x) (for the trainer/engine agreement metric)
 
 
 class GroupBook:
@@ -119,7 +121,8 @@ def step_sequences(groups: Sequence[Sequence[Sample]], rewards: Sequence[Sequenc
     rows = []
     for group, group_rewards in zip(groups, rewards):
         for sample, advantage in zip(group, group_advantages_of(group_rewards)):
-            rows.append(TrainSequence(sample.token_ids, sample.loss_mask, advantage, f"{sample.group_id}/{sample.index}"))
+            rows.append(TrainSequence(sample.token_ids, sample.loss_mask, advantage, f"{sample.group_id}/{sample.index}",
+                                      sample.rollout_logprob))
     return rows
 
 
@@ -129,6 +132,12 @@ def shard_for_ranks(rows: Sequence[Any], world_size: int) -> list[list[Any]]:
         raise ValueError(f"{len(rows)} sequences do not split over {world_size} ranks")
     size = len(rows) // world_size
     return [list(rows[r * size : (r + 1) * size]) for r in range(world_size)]
+
+
+def by_length(rows: Sequence[TrainSequence]) -> list[TrainSequence]:
+    """Rows sorted by token count (stable), so micro-batches pad little: the K1.5 loss of a step is a
+    per-sequence sum once advantages are known, so the order within a rank's shard does not matter."""
+    return sorted(rows, key=lambda row: len(row.token_ids))
 
 
 def micro_batches(rows: Sequence[Any], size: int) -> list[list[Any]]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from k2post.config.loader import dump_yaml
 from k2post.envs.base import Task
+from k2post.evaluation.heldout import draw_tasks, eval_work, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
@@ -88,6 +89,23 @@ def allocate(counts_total: int, weights: dict[str, float], iteration: int, seed:
     return counts
 
 
+def engine_gap(rows: list[rb.TrainSequence], trainer_logprobs: list[float]) -> dict[str, float]:
+    """How far the rollout engine's log pi(y|x) is from the trainer's pi_old, per sequence (0 when in sync;
+    only rows written by one policy version in the last iteration compare like with like)."""
+    pairs = [(r.rollout_logprob, t) for r, t in zip(rows, trainer_logprobs) if r.rollout_logprob is not None]
+    if not pairs:
+        return {}
+    gaps = [abs(a - b) for a, b in pairs]
+    return {"train/engine_logprob_gap_mean": sum(gaps) / len(gaps), "train/engine_logprob_gap_max": max(gaps)}
+
+
+def progress_line(row: dict[str, Any], done: int, end: int, seconds_per_it: float) -> str:
+    """One line per logged iteration when no progress bar is shown (logs, `ray job` output)."""
+    evals = f" eval {row['eval/mean_accuracy']:.3f}" if "eval/mean_accuracy" in row else ""
+    return (f"rl: iteration {done}/{end} reward {row.get('reward/mean', float('nan')):.3f} steps {row.get('train/step_total', 0)}"
+            f"{evals} ({seconds_per_it:.1f} s/it, eta {seconds_per_it * (end - done) / 60:.1f} min)")
+
+
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(iteration, dir) of every complete iter-N checkpoint (has controller.pkl), oldest first."""
     found = [(int(p.name[5:]), p) for p in (run_dir / CHECKPOINTS).glob("iter-*") if p.name[5:].isdigit()]
@@ -136,7 +154,7 @@ class RLRun:
             if not tasks:
                 raise ValueError(f"environment {name!r} gave no train tasks")
             self.pools[name] = {task.id: task for task in tasks}
-            self.heldout[name] = list(env.tasks("test", seed=self.cfg.seed + 7919, n=train.eval_tasks_per_env))
+            self.heldout[name] = draw_tasks(env, "test", train.eval_tasks_per_env, self.cfg.seed)
             difficulty = {t.id: float(t.metadata.get("difficulty", 0)) for t in tasks}
             self.samplers[name] = PromptSampler(list(self.pools[name]), self.cfg.sampling, difficulty, seed=self.cfg.seed)
 
@@ -211,6 +229,7 @@ class RLRun:
             self.resume_from(checkpoint)
         else:
             self.log.truncate_after(-1)
+        self._offload_trainers(True)  # the engines generate first
 
     # ------------------------------------------------------------------ 1-2: prompts and rollouts
 
@@ -283,7 +302,9 @@ class RLRun:
         self.rollouts[replica] = self._start_rollout(replica)
         ray.get(self.rollouts[replica].ready.remote())
         if self.state.step > 0:  # the new engine was built from the run's starting weights
+            self._offload_trainers(False)
             self.push()
+            self._offload_trainers(True)
 
     # ------------------------------------------------------------------ 3-4: rewards and groups
 
@@ -293,16 +314,7 @@ class RLRun:
 
     def rewards(self, episodes: list[Any]) -> list[Any]:
         """One Reward per episode, computed in the RewardPool's worker processes."""
-        from k2post.envs.workers import ScoreItem
-
-        items = []
-        for episode in episodes:
-            config = self.cfg.env_configs()[episode.env_name]
-            if self.envs[episode.env_name].multi_turn:
-                items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, turns=list(episode.env_turns)))
-            else:
-                final = episode.messages[-1].content if episode.messages[-1].role == "assistant" else ""
-                items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, response=final))
+        items = score_items(episodes, self.envs, self.cfg.env_configs())
         return self.reward_pool.score_batch(items) if items else []
 
     @staticmethod
@@ -310,7 +322,8 @@ class RLRun:
         group_id, index = episode.id.rsplit("/", 1)
         return rb.Sample(group_id, int(index), episode.env_name, episode.task.task_type, episode.task.id,
                          list(episode.token_ids), list(episode.loss_mask), float(reward.value), episode.truncated,
-                         str(episode.finish_reason), [v for v in episode.versions if v >= 0], reward.error)
+                         str(episode.finish_reason), [v for v in episode.versions if v >= 0], reward.error,
+                         sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m))
 
     def file_samples(self, samples: list[rb.Sample]) -> int:
         """Add samples to the book; completed groups update their env's prompt sampler."""
@@ -332,7 +345,10 @@ class RLRun:
             ray.get([(a.sleep.remote() if asleep else a.wake_up.remote()) for a in self.rollouts])
 
     def train(self, iteration: int, timer: PhaseTimer) -> list[dict[str, Any]]:
-        """As many optimizer steps as complete groups allow (up to max_steps_per_iteration)."""
+        """As many optimizer steps as complete groups allow (up to max_steps_per_iteration).
+
+        pi_old (K1.5's reference) is the policy at the start of the iteration: every step's log-ratio is
+        measured against it, so later steps of an iteration are braked by the tau term."""
         import ray
 
         loss = self.cfg.loss
@@ -342,21 +358,34 @@ class RLRun:
             return rows
         with timer("sleep"):
             self._sleep_rollouts(True)
-        for _ in range(steps):
-            groups = self.state.book.take(loss.groups_per_step)
-            shaped = [rb.shaped_rewards(g, self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold) for g in groups]
-            shards = rb.shard_for_ranks(rb.step_sequences(groups, shaped), self.cfg.trainer.world_size)
-            with timer("logprobs"):
-                old = ray.get([t.sequence_logprobs.remote(s) for t, s in zip(self.trainers, shards)])
+            self._offload_trainers(False)
+        batches = [self._step_batch(self.state.book.take(loss.groups_per_step), iteration) for _ in range(steps)]
+        with timer("logprobs"):  # pi_old: the weights at the start of the iteration, for every step's data
+            olds = [ray.get([t.sequence_logprobs.remote(s) for t, s in zip(self.trainers, shards)]) for shards, _ in batches]
+        gap = engine_gap([s for shards, _ in batches for shard in shards for s in shard], [v for old in olds for o in old for v in o])
+        for (shards, shaped), old in zip(batches, olds):
             micro = [rb.micro_batches(s, loss.micro_batch_size) for s in shards]
             old_micro = [rb.micro_batches(o, loss.micro_batch_size) for o in old]
             with timer("train"):
                 results = ray.get([t.train_step.remote(m, o, self.state.step) for t, m, o in zip(self.trainers, micro, old_micro)])
             self.state.step += 1
-            rows.append({**results[0], "train/shaped_reward_mean": sum(map(sum, shaped)) / sum(map(len, shaped))})
+            rows.append({**results[0], **gap, "train/shaped_reward_mean": sum(map(sum, shaped)) / sum(map(len, shaped))})
         with timer("wake"):
             self._sleep_rollouts(False)
         return rows
+
+    def _step_batch(self, groups: list[list[rb.Sample]], iteration: int) -> tuple[list[list[rb.TrainSequence]], list[list[float]]]:
+        """(per-rank shards of sequences with advantages, shaped rewards per group) of one optimizer step."""
+        shaped = [rb.shaped_rewards(g, self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold) for g in groups]
+        shards = rb.shard_for_ranks(rb.step_sequences(groups, shaped), self.cfg.trainer.world_size)
+        return [rb.by_length(shard) for shard in shards], shaped
+
+    def _offload_trainers(self, offload: bool) -> None:
+        """Trainer params and optimizer state to DRAM (rollout) or back (training); a no-op without a device."""
+        import ray
+
+        if self.cfg.trainer.offload_during_rollout:
+            ray.get([(t.offload.remote() if offload else t.reload.remote()) for t in self.trainers])
 
     def push(self) -> dict[str, float]:
         """Every trainer rank streams the weights to its replica (checkpoint engine); timed."""
@@ -374,24 +403,19 @@ class RLRun:
     # ------------------------------------------------------------------ eval, memory, checkpoints
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy held-out accuracy per environment (fresh test-split tasks), episodes apart from training."""
+        """Greedy held-out accuracy per environment (test-split tasks), episodes apart from training."""
         import ray
 
-        work: list[tuple[list, list]] = [([], []) for _ in self.rollouts]
-        position = 0
-        for name, tasks in self.heldout.items():
-            for task in tasks:
-                items, opts = work[position % len(self.rollouts)]
-                items.append((name, task))
-                opts.append({"id": f"eval/{name}/{task.id}", "temperature": 0.0, "max_tokens": self.cfg.budget.budget_for(task.task_type)})
-                position += 1
-        episodes = [e for part in ray.get([a.run_episodes.remote(i, o) for a, (i, o) in zip(self.rollouts, work) if i]) for e in part]
-        rewards = self.rewards(episodes)
-        out = {}
-        for name in self.heldout:
-            mine = [r.value for e, r in zip(episodes, rewards) if e.env_name == name]
-            out[f"eval/{name}/accuracy"] = sum(v >= self.cfg.reward.success_threshold for v in mine) / max(len(mine), 1)
-        out["eval/mean_accuracy"] = sum(out.values()) / max(len(out), 1)
+        work = eval_work(self.heldout, self.cfg.budget, 0.0, 1, self.cfg.seed)
+        parts: list[tuple[list, list]] = [([], []) for _ in self.rollouts]
+        for position, (item, options) in enumerate(work):
+            parts[position % len(self.rollouts)][0].append(item)
+            parts[position % len(self.rollouts)][1].append(options)
+        refs = [a.run_episodes.remote(items, opts) for a, (items, opts) in zip(self.rollouts, parts) if items]
+        episodes = [e for part in ray.get(refs) for e in part]
+        per_env = summarize(episodes, self.rewards(episodes), self.cfg.reward.success_threshold)
+        out = {f"eval/{name}/{key}": per_env[name][key] for name in per_env for key in ("accuracy", "truncation_rate")}
+        out["eval/mean_accuracy"] = mean_accuracy(per_env)
         return out
 
     def memory(self) -> dict[str, float]:
@@ -415,7 +439,9 @@ class RLRun:
         tmp = target.with_name(f".{target.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        self._offload_trainers(False)
         ray.get([t.save.remote(str(tmp)) for t in self.trainers])
+        self._offload_trainers(True)
         self.state.paused = ray.get([a.export_paused.remote() for a in self.rollouts])
         self.state.samplers = {name: s.state_dict() for name, s in self.samplers.items()}
         with open(tmp / STATE_FILE, "wb") as handle:
@@ -474,6 +500,8 @@ class RLRun:
         if train_rows:
             with timer("push"):
                 row.update(self.push())
+            with timer("offload"):
+                self._offload_trainers(True)
             row.update({k: sum(r[k] for r in train_rows) / len(train_rows) for k in train_rows[0] if isinstance(train_rows[0][k], (int, float))})
         row.update({"train/steps": len(train_rows), "train/step_total": self.state.step, "rollout/paused_groups": len(self.state.book.open_groups),
                     "rollout/actor_restarts": self.restarts})
@@ -496,11 +524,14 @@ class RLRun:
         if self.state.iteration == 0:
             self.log.append({"iteration": 0, **self.evaluate()})
         bar = tqdm(range(self.state.iteration, end), desc="rl", unit="it", disable=None, initial=self.state.iteration, total=end)
+        started, first = time.perf_counter(), self.state.iteration
         for iteration in bar:
             row = self.iteration(iteration)
             self.state.iteration = iteration + 1
             self.log.append(row)
             bar.set_postfix(reward=f"{row.get('reward/mean', float('nan')):.3f}", steps=self.state.step)
+            if bar.disable and (iteration + 1 == end or (iteration + 1) % train.log_every == 0):
+                print(progress_line(row, iteration + 1, end, (time.perf_counter() - started) / (iteration + 1 - first)), flush=True)
             if iteration + 1 == end or self._due(iteration + 1, train.save_every):
                 self.save(iteration + 1)
         return end

@@ -19,7 +19,7 @@ from k2post.sft.metrics import MetricsLog
 
 PLOTS = {
     "reward": ("reward/mean", "reward/shaped_mean"),
-    "heldout_accuracy": ("eval/",),
+    "heldout_accuracy": ("accuracy",),
     "length_truncation": ("rollout/response_tokens_mean", "rollout/truncation_rate"),
     "max_logit": ("max_logit",),
     "weight_sync": ("time/push_s",),

@@ -8,9 +8,10 @@ Cross-field checks run here, so a bad config fails before Ray or any actor start
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from k2post.config.base import K2Config
 from k2post.config.registry import register_run_config
@@ -75,6 +76,10 @@ class RLTrainerConfig(K2Config):
         True, description="On a GPU, move params and optimizer state to DRAM while the engines generate (no-op on CPU)."
     )
     bucket_mb: int = Field(64, ge=1, description="Checkpoint-engine bucket size (MiB) of the weight push.")
+    torch_threads: int | None = Field(
+        None, ge=1, description="Intra-op threads of each rank (null: the CPUs of its placement bundle; colocated actors take turns, "
+        "so the trainer may use them all while the engines sleep)."
+    )
 
 
 class RLTrainLoopConfig(K2Config):
@@ -89,6 +94,12 @@ class RLTrainLoopConfig(K2Config):
     stop_at_iteration: int | None = Field(
         None, gt=0, description="End this invocation after this iteration (checkpointed); resume to continue."
     )
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="optim.lr over the run's optimizer steps (iterations x loss.max_steps_per_iteration): constant, "
+        "or cosine decay to optim.lr * min_lr_ratio (late RL steps then drift less)."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Linear lr warmup over this many optimizer steps.")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine schedule: final lr = optim.lr * min_lr_ratio.")
     plots: bool = Field(True, description="Write PNG plots of the metrics into run_dir/plots at the end.")
     log_every: int = Field(1, ge=1, description="Print a progress line every N iterations.")
 
@@ -98,9 +109,14 @@ class RLRayConfig(K2Config):
 
     address: str | None = Field(None, description="Ray cluster address; null: start an embedded Ray (or join the job's cluster).")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the embedded Ray (null: all).")
-    temp_dir: str | None = Field(None, description="Temp dir of the embedded Ray (null: Ray's default).")
+    temp_dir: str | None = Field(None, description="Temp dir of the embedded Ray (null: Ray's default; a relative path is made absolute).")
     cpus_per_bundle: float = Field(1.0, gt=0, description="CPUs of each placement-group bundle (one trainer rank + its rollout actor).")
     actor_restarts: int = Field(2, ge=0, description="Times a dead rollout actor is restarted and re-synced before the run fails.")
+
+    @field_validator("temp_dir")
+    @classmethod
+    def _absolute(cls, path: str | None) -> str | None:
+        return None if path is None else os.path.abspath(path)  # Ray refuses relative temp dirs
 
 
 class RLRewardConfig(K2Config):
@@ -138,6 +154,9 @@ class RLConfig(K2Config):
         names = [entry.name for entry in self.envs]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"envs must list each environment once, got {names}")
+        if self.train.warmup_steps >= self.total_optimizer_steps():
+            raise ValueError(f"train.warmup_steps ({self.train.warmup_steps}) must be < the run's optimizer steps "
+                             f"({self.total_optimizer_steps()} = iterations x loss.max_steps_per_iteration): lower it")
         if self.model.dtype != "float32":
             raise ValueError("model.dtype must be float32 (the trainer keeps fp32 weights)")
         if self.train.stop_at_iteration is not None and self.train.stop_at_iteration >= self.train.iterations:
@@ -165,6 +184,14 @@ class RLConfig(K2Config):
     def env_configs(self) -> dict[str, dict[str, Any]]:
         """name -> validated environment config dict (what the actors and reward workers build from)."""
         return {entry.name: dict(entry.config) for entry in self.envs}
+
+    def trainer_threads(self) -> int:
+        """torch intra-op threads of each trainer rank."""
+        return self.trainer.torch_threads or max(1, int(self.ray.cpus_per_bundle))
+
+    def total_optimizer_steps(self) -> int:
+        """The most optimizer steps the run takes (the lr schedule's length)."""
+        return self.train.iterations * self.loss.max_steps_per_iteration
 
     def gradient_accumulation_steps(self) -> int:
         """Forwards per optimizer step on each rank."""

@@ -44,6 +44,14 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _move_optimizer_state(optimizer: Any, device: Any) -> None:
+    """Every tensor in the optimizer's per-param state to `device` (ZeRO 0 offload)."""
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                state[key] = value.to(device, non_blocking=True)
+
+
 def _set_dist_env(rank: int, world_size: int, master_port: int) -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "TORCHDYNAMO_DISABLE": "1"})
@@ -69,6 +77,7 @@ class RLTrainerWorker:
 
     def __init__(self, cfg: RLConfig, model_dir: str, rank: int, master_port: int) -> None:
         _set_dist_env(rank, cfg.trainer.world_size, master_port)
+        torch.set_num_threads(cfg.trainer_threads())  # Ray sets OMP_NUM_THREADS=1 for fractional-CPU actors
         torch.manual_seed(cfg.seed)
         self.cfg, self.rank, self.world_size = cfg, rank, cfg.trainer.world_size
         self.model_dir = model_dir
@@ -147,6 +156,7 @@ class RLTrainerWorker:
     def train_step(self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int) -> dict[str, Any]:
         """One optimizer step over this rank's micro-batches (K1.5 residuals + PTX on the last)."""
         started = time.perf_counter()
+        self._set_lr(step)
         tau, gas = self.cfg.loss.tau, len(micro)
         total = sum(len(m) for m in micro) * self.world_size
         scale = micro_loss_scale(total, self.world_size, gas)
@@ -167,6 +177,16 @@ class RLTrainerWorker:
             sums["logratio_abs"] = max(sums["logratio_abs"], float(logratio.detach().abs().max()))
         qk = self._qk_clip()
         return self._step_metrics(sums, total, qk, time.perf_counter() - started)
+
+    def _set_lr(self, step: int) -> float:
+        """optim.lr x the loop's schedule at optimizer step `step` (a function of the step: resume needs nothing else)."""
+        from k2post.sft.schedule import lr_factor
+        from k2post.sft.trainer import set_lr
+
+        total = self.cfg.total_optimizer_steps()
+        self.lr = self.cfg.optim.lr * lr_factor(min(step, total - 1), total, self.cfg.train)
+        set_lr(self.engine, self.lr)
+        return self.lr
 
     def _ptx_loss(self, step: int) -> torch.Tensor:
         from k2post.sft.packing import collate, model_inputs
@@ -189,7 +209,8 @@ class RLTrainerWorker:
         from k2post.sft.runtime import all_reduce_sum
 
         loss_sum, ptx_sum = all_reduce_sum([sums["loss"], sums["ptx"]])
-        row = {"train/k15_loss": loss_sum / total, "train/logratio_abs_max": sums["logratio_abs"], "time/trainer_step_s": seconds}
+        row = {"train/k15_loss": loss_sum / total, "train/logratio_abs_max": sums["logratio_abs"], "train/lr": self.lr,
+               "time/trainer_step_s": seconds}
         if self.ptx_rows:
             row["train/ptx_loss"] = ptx_sum / self.world_size
         return {**row, **qk}
@@ -212,19 +233,33 @@ class RLTrainerWorker:
         return {"nbytes": stats.nbytes, "seconds": stats.elapsed_s, "gb_per_s": stats.gb_per_s}
 
     def offload(self) -> dict[str, Any]:
-        """Move params to DRAM while the engines generate (GPU only; on CPU there is nothing to move)."""
+        """Move params and optimizer state to DRAM while the engines generate (needs a device; on CPU they live there).
+
+        ZeRO 1-2: DeepSpeed's `offload_states` (fp16/fp32 params, grads, optimizer state; pinned);
+        ZeRO 0: the module and the optimizer's state tensors."""
         if not torch.cuda.is_available() or not self.cfg.trainer.offload_during_rollout:
-            return {"offloaded": False, "reason": "no device: params already live in DRAM"}
-        self.engine.module.to("cpu")
+            return {"offloaded": False, "reason": "no device: params and optimizer state already live in DRAM"}
+        before = torch.cuda.memory_allocated()
+        if self.cfg.trainer.zero_stage >= 1:
+            self.engine.offload_states()
+        else:
+            self.engine.module.to("cpu")
+            _move_optimizer_state(self.optimizer, "cpu")
         torch.cuda.empty_cache()
         self.offloaded = True
-        return {"offloaded": True}
+        return {"offloaded": True, "freed_mib": (before - torch.cuda.memory_allocated()) / 2**20}
 
-    def reload(self) -> None:
-        """Bring offloaded params back to the device before training."""
-        if self.offloaded:
+    def reload(self) -> dict[str, Any]:
+        """Bring offloaded params and optimizer state back to the device before training."""
+        if not self.offloaded:
+            return {"reloaded": False}
+        if self.cfg.trainer.zero_stage >= 1:
+            self.engine.reload_states()
+        else:
             self.engine.module.to(self.engine.device)
-            self.offloaded = False
+            _move_optimizer_state(self.optimizer, self.engine.device)
+        self.offloaded = False
+        return {"reloaded": True}
 
     def memory(self) -> dict[str, float]:
         """RSS now and peak (MiB), and the device's peak when there is one."""

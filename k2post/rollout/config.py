@@ -40,6 +40,11 @@ class VLLMEngineConfig(K2Config):
         "(write a safetensors checkpoint to shared memory and rebuild the engine), or auto (in_place when the "
         "built model supports it, else rebuild).",
     )
+    chunked_prefill: bool | None = Field(
+        None,
+        description="Split long prefills over scheduler steps. None: off on CPU (vLLM 0.32's CPU build crashes with "
+        "'CPU Generator does not use offset' when a seeded request's prompt is chunked), on with CUDA.",
+    )
     shm_dir: str = Field(
         "/dev/shm", description="Where the rebuild fallback writes its checkpoint (a RAM-backed directory: no disk)."
     )

@@ -128,6 +128,7 @@ class VLLMEngine:
         _reset_parallel_state_if_alone(self)
         sleep_mode = (not self.cpu) if self.cfg.enable_sleep_mode is None else (self.cfg.enable_sleep_mode and not self.cpu)
         return LLM(
+            **self._scheduler_kwargs(),
             model=path,
             tokenizer=self.model_path,
             dtype=self.cfg.dtype,
@@ -140,6 +141,16 @@ class VLLMEngine:
             distributed_executor_backend="uni",
             worker_extension_cls=WORKER_EXTENSION,
         )
+
+    def _scheduler_kwargs(self) -> dict:
+        """Chunked prefill on or off (off: every prompt fits one scheduler step)."""
+        chunked = (not self.cpu) if self.cfg.chunked_prefill is None else self.cfg.chunked_prefill
+        if chunked:
+            return {}
+        from vllm.config.scheduler import SchedulerConfig
+
+        return {"enable_chunked_prefill": False,
+                "max_num_batched_tokens": max(self.cfg.max_model_len, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS)}
 
     def _pick_update_mode(self) -> str:
         if self.cfg.weight_update == "rebuild":

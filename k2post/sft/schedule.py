@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import math
 
-from k2post.sft.config import SFTTrainConfig
+from typing import Literal, Protocol
 
 
-def lr_factor(step: int, total_steps: int, cfg: SFTTrainConfig) -> float:
+class LRSchedule(Protocol):
+    """What the schedule reads (SFTTrainConfig and the RL loop config both have it)."""
+
+    lr_schedule: Literal["cosine", "constant"]
+    warmup_steps: int
+    min_lr_ratio: float
+
+
+def lr_factor(step: int, total_steps: int, cfg: LRSchedule) -> float:
     """Multiplier of the peak lr (optim.lr) for optimizer step `step` of `total_steps`."""
     if step < 0 or step >= total_steps:
         raise ValueError(f"step {step} is outside the run's steps 0..{total_steps - 1}")

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from k2post.config.base import K2Config
 from k2post.config.registry import register_run_config
 from k2post.llm.http_client import HTTPClientConfig
+from k2post.synth.gym_tasks import GymTasksConfig
 from k2post.synth.record_store import DomainBlueprint
 from k2post.synth.tasks import PERSONAS
 
@@ -31,7 +32,10 @@ class SynthConfig(K2Config):
     tool_specs_dir: str | None = Field(
         None, description="Directory of MCP-style JSON tool specs (null: the shipped environments/data/tool_specs)."
     )
-    domains: list[str] = Field(default_factory=lambda: list(DEFAULT_DOMAINS), min_length=1, description="Domains to synthesize for.")
+    domains: list[str] = Field(default_factory=lambda: list(DEFAULT_DOMAINS), description="Tool-use domains to synthesize trajectories for (may be empty when gym_tasks is set).")
+    gym_tasks: list[GymTasksConfig] = Field(
+        default_factory=list, description="Single-turn verifiable gyms (math, reasoning_gym) to write reference answers for, judged by the gym's own verifier."
+    )
     synthetic_domains: list[DomainBlueprint] = Field(
         default_factory=list, description="Extra record-store domains (entity + fields) to synthesize tools and tasks for; list them in `domains` too."
     )
@@ -58,6 +62,11 @@ class SynthConfig(K2Config):
 
     @model_validator(mode="after")
     def _llm_roles_need_endpoint(self) -> "SynthConfig":
+        if not self.domains and not self.gym_tasks:
+            raise ValueError("nothing to synthesize: list tool-use `domains`, `gym_tasks`, or both")
+        gyms = [g.env for g in self.gym_tasks]
+        if len(set(gyms)) != len(gyms):
+            raise ValueError(f"gym_tasks must list each environment once, got {gyms}")
         roles = [name for name, value in (("agent", self.agent), ("user_simulator", self.user_simulator),
                                           ("tool_simulator", self.tool_simulator), ("judge", self.judge)) if "llm" in value]
         if roles and self.llm is None:

@@ -30,6 +30,7 @@ from rich.table import Table
 
 from k2post.synth.config import SynthConfig
 from k2post.synth.domains import Domain, build_domains
+from k2post.synth.gym_tasks import gym_row, gym_tasks
 from k2post.synth.judge import AllJudges, Judge, LLMJudge, RubricJudge, Verdict
 from k2post.synth.roles import LLMAgent, LLMToolSimulator, LLMUser, ReferenceAgent, RuleToolSimulator, RuleUser
 from k2post.synth.specs import SHIPPED_SPECS, ToolSpecError, domain_spec_json, load_tool_specs
@@ -200,6 +201,26 @@ def synthesize_all(cfg: SynthConfig, domains, tools, tasks: list[SynthTask], wri
             progress.update(bar, advance=1, accepted=accepted)
 
 
+def synthesize_gyms(cfg: SynthConfig, jobs: list[tuple[Any, Any, list]], done: set[str], writer: ShardWriter, console: Console) -> None:
+    """Reference answers for the gym tasks without a row yet (one attempt each), judged by the gym's verifier."""
+    todo = [(g, env, task) for g, env, tasks in jobs for task in tasks if gym_row_id(env.name, task.id) not in done]
+    if not todo:
+        return
+    with _progress(console) as progress:
+        bar = progress.add_task("synth", total=len(todo), accepted=0)
+        accepted = 0
+        for gym, env, task in todo:
+            row = gym_row(gym, env, task, cfg.seed, cfg.mistake_rate)
+            row["id"] = gym_row_id(env.name, task.id)
+            writer.write(row)
+            accepted += row["accepted"]
+            progress.update(bar, advance=1, accepted=accepted)
+
+
+def gym_row_id(env_name: str, task_id: str) -> str:
+    return f"{env_name}/{task_id}"
+
+
 def run_synth(cfg: SynthConfig, console: Console | None = None) -> dict[str, Any]:
     """Run (or resume) a synthesis; returns the stats also written to out_dir/stats.json."""
     console = console or Console()
@@ -215,18 +236,25 @@ def run_synth(cfg: SynthConfig, console: Console | None = None) -> dict[str, Any
     write_specs(out, domains, tools)
     write_heldout(out / "heldout_tasks.jsonl", all_tasks(cfg, domains, "test", cfg.heldout_tasks_per_domain))
     tasks = all_tasks(cfg, domains, "train", cfg.tasks_per_domain)
-    done = decided_tasks(read_shards(out / "shards"), cfg.attempts_per_task)
+    decided_rows = read_shards(out / "shards")
+    done = decided_tasks(decided_rows, cfg.attempts_per_task)
     todo = [t for t in tasks if t.id not in done]
     if done:
         console.print(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} tasks already decided")
+    try:
+        jobs = [(g, *gym_tasks(g, cfg.seed)) for g in cfg.gym_tasks]
+    except ValueError as err:
+        raise SynthError(str(err)) from None
+    wanted = {t.id for t in tasks} | {gym_row_id(env.name, t.id) for _, env, env_tasks in jobs for t in env_tasks}
     writer = ShardWriter(out / "shards")
     try:
         synthesize_all(cfg, domains, tools, todo, writer, console)
+        synthesize_gyms(cfg, jobs, {r["id"] for r in decided_rows}, writer, console)
     finally:
         writer.close()
-    rows = [r for r in read_shards(out / "shards") if r["id"] in {t.id for t in tasks}]
+    rows = [r for r in read_shards(out / "shards") if r["id"] in wanted]
     write_datasets(out, rows, cfg.keep_rejected)
-    stats = synth_stats(rows, tasks)
+    stats = synth_stats(rows, len(wanted))
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     console.print(stats_table(stats))
     return stats
@@ -276,7 +304,7 @@ def write_datasets(out: Path, rows: list[dict[str, Any]], keep_rejected: bool) -
         save_dataset_atomic(dataset_columns([r for r in rows if not r["accepted"]]), out / "rejected")
 
 
-def synth_stats(rows: list[dict[str, Any]], tasks: list[SynthTask]) -> dict[str, Any]:
+def synth_stats(rows: list[dict[str, Any]], n_tasks: int) -> dict[str, Any]:
     """Accepted / rejected counts by reason and per domain."""
     reasons = Counter(reason.split(":")[0] for r in rows if not r["accepted"] for reason in r["verdict"]["reasons"])
     detailed = Counter(reason for r in rows if not r["accepted"] for reason in r["verdict"]["reasons"])
@@ -287,7 +315,7 @@ def synth_stats(rows: list[dict[str, Any]], tasks: list[SynthTask]) -> dict[str,
     caught = Counter(r["metadata"]["mistake"] for r in rows if r["metadata"].get("mistake") and not r["accepted"])
     injected = Counter(r["metadata"]["mistake"] for r in rows if r["metadata"].get("mistake"))
     return {
-        "tasks": len(tasks), "tasks_accepted": len(accepted_tasks), "trajectories": len(rows),
+        "tasks": n_tasks, "tasks_accepted": len(accepted_tasks), "trajectories": len(rows),
         "accepted": sum(r["accepted"] for r in rows), "rejected": sum(not r["accepted"] for r in rows),
         "rejected_by_reason": dict(reasons.most_common()), "rejected_by_detail": dict(detailed.most_common()),
         "per_domain": {d: {"accepted": c["accepted"], "rejected": c["rejected"]} for d, c in sorted(per_domain.items())},

@@ -17,6 +17,8 @@ CASES = {
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
     "rollout.py": (["--quick"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
+    "rl_vs_trl.py": (["--quick", "--sft-model", "none"],
+                     {"k2post_final_acc", "trl_final_acc", "k2post_s_to_trl_acc", "trl_s", "time_ratio"}),
     "weight_sync.py": (
         ["--quick", "--small-tensors", "0"],
         {"bytes", "engine_gbps", "memcpy_gbps", "disk_gbps", "per_tensor_bcast_gbps", "ratio_vs_memcpy", "speedup_vs_disk"},
@@ -28,7 +30,7 @@ CASES = {
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_benchmark_ends_with_json(script, tmp_path):
     args, keys = CASES[script]
-    extra = ["--out", str(tmp_path)] if script == "qk_clip_stress.py" else []
+    extra = ["--out", str(tmp_path)] if script in ("qk_clip_stress.py", "rl_vs_trl.py") else []
     proc = run_bounded([sys.executable, str(ROOT / "benchmarks" / script), *args, *extra], timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -2,8 +2,8 @@
 
 - a bad config fails with one line before Ray or any actor starts;
 - `k2post rl CONFIG` writes the run dir (config, metrics.jsonl, TensorBoard, PNG plots, HF checkpoints, final/);
-- a run SIGKILLed after a checkpoint and continued with `k2post rl --resume RUN_DIR` ends with the same
-  metrics and bit-identical weights as the uninterrupted run;
+- a run SIGKILLed between steps (just after a checkpoint) or at a random point, then continued with
+  `k2post rl --resume RUN_DIR`, ends with the same metrics and bit-identical weights as the uninterrupted run;
 - 2 trainer ranks (ZeRO-2) + 2 rollout replicas: a SIGKILLed rollout actor is replaced, re-synced and the run goes on.
 
 The policy is the untrained tiny-qwen2 on instruction_following (partial rewards per constraint, so groups
@@ -13,6 +13,7 @@ have non-zero advantages); learning itself is shown by `make demo` (docs/RL.md).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -106,26 +107,35 @@ def test_run_dir_then_sigkill_and_resume_matches_the_uninterrupted_run(work, tin
     done = _cli(str(_write(work / "straight.yaml", _config(straight, tiny_qwen2_dir, work / "ray_a"))))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     _check_run_dir(straight, tiny_qwen2_dir)
+    # between steps: just after the iteration-1 checkpoint; at a random point: a seeded delay into the run
+    delay = random.Random(int(os.environ.get("K2POST_KILL_SEED", time.time_ns() % 10_000))).uniform(0.0, 5.0)
+    print(f"random kill point: {delay:.2f}s after the first metrics row (K2POST_KILL_SEED to replay)")
+    for name, marker, wait_s in (("between", "checkpoints/iter-1/controller.pkl", 0.0), ("random", "metrics.jsonl", delay)):
+        killed = work / f"killed_{name}"
+        _kill_during(killed, _config(killed, tiny_qwen2_dir, work / f"ray_{name}"), killed / marker, wait_s, work)
+        assert not (killed / "final").exists()
+        done = _cli("--resume", str(killed), f"ray.temp_dir={work / f'ray_{name}_resume'}")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert _stable(_metrics(killed)) == _stable(_metrics(straight)), name
+        a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(killed / "final" / "model.safetensors"))
+        assert all((a[k] == b[k]).all() for k in a), name
 
-    killed = work / "killed"
-    config = _write(work / "killed.yaml", _config(killed, tiny_qwen2_dir, work / "ray_b"))
+
+def _kill_during(run_dir: Path, cfg: dict, marker: Path, wait_s: float, work: Path) -> None:
+    """Start `k2post rl`, SIGKILL its whole process group `wait_s` after `marker` appears."""
+    config = _write(work / f"{run_dir.name}.yaml", cfg)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    with open(work / "killed.log", "w") as log:
+    log_path = work / f"{run_dir.name}.log"
+    with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "k2post.cli", "rl", str(config)], cwd=REPO, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_for(killed / "checkpoints" / "iter-1" / "controller.pkl", proc, 420, work / "killed.log")
-        time.sleep(1.0)  # somewhere inside iteration 2
+        _wait_for(marker, proc, 420, log_path)
+        time.sleep(wait_s)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        _kill_leftovers(str(work / "ray_b"))
-    assert not (killed / "final").exists()
-    done = _cli("--resume", str(killed), f"ray.temp_dir={work / 'ray_c'}")
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert _stable(_metrics(killed)) == _stable(_metrics(straight))
-    a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(killed / "final" / "model.safetensors"))
-    assert all((a[k] == b[k]).all() for k in a)
+        _kill_leftovers(cfg["ray"]["temp_dir"])
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float, log: Path) -> None:

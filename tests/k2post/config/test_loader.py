@@ -58,6 +58,21 @@ def test_apply_overrides_creates_sections_and_does_not_mutate():
     assert data == {"trainer": {"lr": 1.0}}
 
 
+@pytest.mark.parametrize("override,expected", [
+    ("envs.0.weight=2", {"envs": [{"name": "a", "weight": 2}, {"name": "b"}]}),
+    ("envs.1.config.x=1", {"envs": [{"name": "a"}, {"name": "b", "config": {"x": 1}}]}),
+    ("envs.1=c", {"envs": [{"name": "a"}, "c"]}),
+])
+def test_apply_overrides_indexes_lists(override, expected):
+    assert apply_overrides({"envs": [{"name": "a"}, {"name": "b"}]}, [override]) == expected
+
+
+@pytest.mark.parametrize("override", ["envs.2.weight=1", "envs.x.weight=1", "envs.5=1"])
+def test_apply_overrides_bad_list_index(override):
+    with pytest.raises(ConfigError, match="is not an index of a list of 2"):
+        apply_overrides({"envs": [{"name": "a"}, {"name": "b"}]}, [override])
+
+
 def test_apply_overrides_value_not_section():
     with pytest.raises(ConfigError, match="name is a value, not a section"):
         apply_overrides({"name": "x"}, ["name.sub=1"])

@@ -87,3 +87,12 @@ def test_step_sequences_shards_and_padding():
     assert rb.micro_batches(list(range(5)), 2) == [[0, 1], [2, 3], [4]]
     ids, masks = rb.pad_rows([[1, 2, 3], [4]], [[0, 1, 1], [1]], pad_id=9)
     assert ids == [[1, 2, 3], [4, 9, 9]] and masks == [[0, 1, 1], [1, 0, 0]]
+
+
+@pytest.mark.parametrize("lengths,size,expected_pad", [([3, 900, 4, 880, 5, 870], 2, 1 + 865 + 20), ([10, 10, 10], 3, 0)])
+def test_by_length_micro_batches_pad_little_and_keep_every_row(lengths, size, expected_pad):
+    rows = [rb.TrainSequence(list(range(n)), [1] * n, float(i), f"g/{i}") for i, n in enumerate(lengths)]
+    batches = rb.micro_batches(rb.by_length(rows), size)
+    pad = sum(max(len(r.token_ids) for r in b) * len(b) - sum(len(r.token_ids) for r in b) for b in batches)
+    assert pad == expected_pad
+    assert sorted(r.key for b in batches for r in b) == sorted(r.key for r in rows)

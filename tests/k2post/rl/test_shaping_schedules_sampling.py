@@ -110,3 +110,18 @@ def test_curriculum_opens_easy_first():
     assert set(sampler.sample(8, 10)) == set(difficulty)
     with pytest.raises(ValueError, match="curriculum needs a difficulty"):
         PromptSampler(["a"], cfg)
+
+
+@pytest.mark.parametrize("schedule,step,expected", [
+    ("constant", 0, 1.0), ("constant", 39, 1.0), ("cosine", 0, 1.0), ("cosine", 20, 0.55), ("cosine", 40, 0.1),
+])
+def test_rl_lr_schedule_over_the_runs_optimizer_steps(schedule, step, expected):
+    """The trainer's lr factor: the SFT schedule over iterations x max_steps_per_iteration (clamped at the end)."""
+    from k2post.rl.run_config import RLConfig
+    from k2post.sft.schedule import lr_factor
+
+    cfg = RLConfig(envs=[{"name": "math"}], rollout={"agentic": {"max_episode_tokens": 256}},
+                   loss={"max_steps_per_iteration": 2}, train={"iterations": 20, "lr_schedule": schedule, "min_lr_ratio": 0.1})
+    total = cfg.total_optimizer_steps()
+    assert total == 40
+    assert lr_factor(min(step, total - 1), total, cfg.train) == pytest.approx(expected, abs=0.01 if step == 40 else 1e-9)

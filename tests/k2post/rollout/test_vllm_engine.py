@@ -61,6 +61,18 @@ def test_sampling_returns_n_samples_with_logprobs(vllm_engine, prompt_ids):
 
 
 @pytest.mark.slow
+def test_seeded_requests_beyond_one_prefill_step_do_not_crash_and_repeat(vllm_engine):
+    """64 seeded prompts of ~100 tokens (> the 2048-token step budget): with chunked prefill vLLM 0.32's CPU
+    build crashed ('CPU Generator does not use offset'); the engine turns it off on CPU."""
+    prompts = [[(7 * i + j) % 3000 + 20 for j in range(100)] for i in range(64)]
+    sampling = SamplingConfig(temperature=1.0, max_tokens=4, seed=11)
+    first = vllm_engine.generate(prompts, sampling)
+    again = vllm_engine.generate(prompts, sampling)
+    assert [g[0].token_ids for g in first] == [g[0].token_ids for g in again]
+    assert all(len(g[0].token_ids) == 4 for g in first)
+
+
+@pytest.mark.slow
 def test_greedy_vllm_equals_transformers_tiny_k2(tiny_k2_dir, vllm_engine):
     """DeepSeek-V3 shapes (MLA disabled on CPU, MoE): greedy ids equal transformers'."""
     from k2post.rollout.vllm_engine import VLLMEngine
@@ -78,3 +90,4 @@ def test_greedy_vllm_equals_transformers_tiny_k2(tiny_k2_dir, vllm_engine):
         engine.close()
     hf_ids = hf_greedy(load_causal_lm(tiny_k2_dir), prompts, MAX_NEW_TOKENS, {tokenizer.eos_token_id})
     assert vllm_ids == hf_ids
+

@@ -1,0 +1,139 @@
+"""Held-out evaluation: episodes on fresh test-split tasks, scored in isolated workers, accuracy per environment.
+
+    report = evaluate(EvalConfig(model_path="runs/rl_demo/final", envs=[EnvEntryConfig(name="math")], n=64))
+    report["envs"]["math"]["accuracy"]
+
+The pieces are shared with the RL controller's in-loop eval (`k2post/rl/controller.py`):
+`draw_tasks` (which tasks), `eval_work` (episode ids/options), `score_items` (what the reward
+workers score) and `summarize` (accuracy, mean reward, truncation, response length per env).
+`k2post eval` (k2post/cli.py) resolves a run dir to its model and prints `report_table`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from k2post.envs.base import Environment, Task
+from k2post.evaluation.config import EvalConfig
+from k2post.rl.config import BudgetConfig
+
+
+def draw_tasks(env: Environment, split: str, n: int, seed: int) -> list[Task]:
+    """`n` tasks of `split` for `seed`: the whole test split (or n train tasks) shuffled by the seed, cut to n."""
+    pool = list(env.tasks(split, seed=seed, n=None if split == "test" else n))
+    random.Random(f"eval:{env.name}:{seed}").shuffle(pool)
+    return pool[:n]
+
+
+def eval_work(tasks: Mapping[str, Sequence[Task]], budget: BudgetConfig, temperature: float, samples: int,
+              seed: int) -> list[tuple[tuple[str, Task], dict[str, Any]]]:
+    """((env_name, task), episode options) for every task x sample: ids `eval/<env>/<task>/<k>`."""
+    work = []
+    for name, env_tasks in tasks.items():
+        for task in env_tasks:
+            for k in range(samples):
+                options = {"id": f"eval/{name}/{task.id}/{k}", "temperature": temperature,
+                           "max_tokens": budget.budget_for(task.task_type)}
+                if temperature > 0:
+                    options["seed"] = seed * 1000 + k
+                work.append(((name, task), options))
+    return work
+
+
+def score_items(episodes: Sequence[Any], envs: Mapping[str, Environment], configs: Mapping[str, dict[str, Any]]) -> list[Any]:
+    """One `ScoreItem` per finished episode: multi-turn ones replay their turns, single-turn ones score the last reply."""
+    from k2post.envs.workers import ScoreItem
+
+    items = []
+    for episode in episodes:
+        config = dict(configs[episode.env_name])
+        if envs[episode.env_name].multi_turn:
+            items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, turns=list(episode.env_turns)))
+        else:
+            final = episode.messages[-1].content if episode.messages[-1].role == "assistant" else ""
+            items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, response=final or ""))
+    return items
+
+
+def summarize(episodes: Sequence[Any], rewards: Sequence[Any], threshold: float) -> dict[str, dict[str, float]]:
+    """Per environment: n, accuracy (reward >= threshold), mean reward, truncation rate, mean response tokens, errors."""
+    out: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(e.env_name for e in episodes):
+        pairs = [(e, r) for e, r in zip(episodes, rewards) if e.env_name == name]
+        n = len(pairs)
+        out[name] = {
+            "n": n,
+            "accuracy": sum(r.value >= threshold for _, r in pairs) / n,
+            "mean_reward": sum(r.value for _, r in pairs) / n,
+            "truncation_rate": sum(e.truncated for e, _ in pairs) / n,
+            "response_tokens_mean": sum(sum(e.loss_mask) for e, _ in pairs) / n,
+            "reward_errors": sum(r.error is not None for _, r in pairs),
+        }
+    return out
+
+
+def mean_accuracy(per_env: Mapping[str, Mapping[str, float]]) -> float:
+    """Unweighted mean of the environments' accuracies."""
+    return sum(m["accuracy"] for m in per_env.values()) / max(len(per_env), 1)
+
+
+def run_episodes(cfg: EvalConfig, work: list[tuple[tuple[str, Task], dict[str, Any]]]) -> list[Any]:
+    """Every episode to the end on one in-process vLLM engine (greedy unless cfg.temperature > 0)."""
+    from k2post.rollout.actor import RolloutWorker
+    from k2post.rollout.config import SamplingConfig
+
+    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.agentic.max_turn_tokens, logprobs=False)
+    worker = RolloutWorker(cfg.model_path, cfg.engine, cfg.env_configs(), cfg.agentic, sampling)
+    try:
+        return worker.run_episodes([item for item, _ in work], [options for _, options in work])
+    finally:
+        worker.engine.close()
+
+
+def evaluate(cfg: EvalConfig) -> dict[str, Any]:
+    """Run the evaluation; returns (and writes to cfg.report_path) the JSON report."""
+    from k2post.envs.workers import RewardPool
+
+    started = time.perf_counter()
+    envs = {entry.name: entry.make() for entry in cfg.envs}
+    tasks = {name: draw_tasks(env, cfg.split, cfg.n, cfg.seed) for name, env in envs.items()}
+    work = eval_work(tasks, cfg.budget, cfg.temperature, cfg.samples_per_task, cfg.seed)
+    episodes = run_episodes(cfg, work)
+    with RewardPool(num_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s) as pool:
+        rewards = pool.score_batch(score_items(episodes, envs, cfg.env_configs()))
+    per_env = summarize(episodes, rewards, cfg.success_threshold)
+    report = {"model": str(cfg.model_path), "split": cfg.split, "seed": cfg.seed, "n_per_env": cfg.n,
+              "samples_per_task": cfg.samples_per_task, "temperature": cfg.temperature,
+              "mean_accuracy": mean_accuracy(per_env), "envs": per_env,
+              "env_configs": cfg.env_configs(), "wall_s": round(time.perf_counter() - started, 2)}
+    if cfg.report_path:
+        write_report(Path(cfg.report_path), report)
+    return report
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """The JSON report, written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def report_table(report: dict[str, Any]):
+    """A rich table of the report (one row per environment, then the mean)."""
+    from rich.table import Table
+
+    table = Table(title=f"held-out {report['split']} accuracy: {report['model']} (seed {report['seed']})")
+    for column in ("env", "n", "accuracy", "mean reward", "truncated", "resp. tokens", "reward errors"):
+        table.add_column(column, justify="left" if column == "env" else "right")
+    for name, m in report["envs"].items():
+        table.add_row(name, str(m["n"]), f"{m['accuracy']:.3f}", f"{m['mean_reward']:.3f}", f"{m['truncation_rate']:.2f}",
+                      f"{m['response_tokens_mean']:.1f}", str(m["reward_errors"]))
+    table.add_row("[bold]mean", "", f"[bold]{report['mean_accuracy']:.3f}", "", "", "", "")
+    return table

@@ -1,0 +1,101 @@
+"""SFT rows from verifiable single-turn gyms: the gym's train tasks, a reference answer, the gym's own verifier as judge.
+
+    cfg = GymTasksConfig(env="math", config={"difficulty": 1}, tasks=600)
+    env, tasks = gym_tasks(cfg, seed=0)
+    row = gym_row(cfg, env, tasks[0], seed=0, mistake_rate=0.15)   # accepted iff the gym scores the reply solved
+
+The reference answer is `Task.answer` written with one of `answer_templates` (seeded, by weight;
+default `\\boxed{...}`): data in more than one answer style, as synthesized data usually is.
+With `mistake_rate`, a seeded share of answers is perturbed (a neighbouring number, or a reversed
+string) so the judge has something to reject: it is rejection sampling against the verifier, as
+for the tool-use trajectories; a style the verifier cannot read is rejected the same way. Rows share the tool-use rows' columns; their
+`domain` is `gym:<env>`. Used by `k2post synth` (`gym_tasks:` in the config).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from k2post.config.base import K2Config
+from k2post.envs.base import Environment, Task
+from k2post.envs.mix import EnvEntryConfig
+
+DOMAIN_PREFIX = "gym:"
+
+
+class GymTasksConfig(K2Config):
+    """Train tasks of one single-turn verifiable environment, answered by the reference and judged by the env."""
+
+    env: str = Field("math", description="Registered single-turn environment whose tasks carry a gold `answer` (math, reasoning_gym).")
+    config: dict[str, Any] = Field(default_factory=dict, description="The environment's config (validated against its config class).")
+    tasks: int = Field(200, gt=0, description="Train tasks drawn (fewer when the split is smaller).")
+    seed_offset: int = Field(1000, description="The train split is drawn with seed = synth seed + this (keep it apart from the RL pool's seed).")
+    answer_templates: dict[str, float] = Field(
+        default_factory=lambda: {"\\boxed{{{answer}}}": 1.0},
+        description="Reply templates (`{answer}` = the gold answer) and their sampling weights, e.g. "
+        "{'The answer is {answer}.': 0.7, '\\boxed{{{answer}}}': 0.3}; replies the gym's verifier rejects are dropped.",
+    )
+    accept_at: float = Field(1.0, description="The gym's reward a reply needs to be kept.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "GymTasksConfig":
+        entry = EnvEntryConfig(name=self.env, config=self.config)  # unknown env / bad config -> field error
+        if entry.make().multi_turn:
+            raise ValueError(f"gym_tasks: {self.env!r} is multi-turn; use it through `domains` (tool-use trajectories) instead")
+        if not self.answer_templates:
+            raise ValueError("answer_templates must list at least one template")
+        for template, weight in self.answer_templates.items():
+            if "{answer}" not in template or weight <= 0:
+                raise ValueError(f"answer_templates: {template!r} needs an {{answer}} slot and a positive weight (got {weight})")
+        self.config = entry.config
+        return self
+
+    def make_env(self) -> Environment:
+        return EnvEntryConfig(name=self.env, config=self.config).make()
+
+
+def wrong_answer(answer: str, rng: random.Random) -> str:
+    """A plausible wrong answer: a neighbouring integer, else the reversed text (or a suffix when that is the same)."""
+    try:
+        return str(int(answer) + rng.choice((-2, -1, 1, 2)))
+    except ValueError:
+        flipped = answer[::-1]
+        return flipped if flipped != answer else f"{answer}x"
+
+
+def reference_reply(cfg: GymTasksConfig, task: Task, rng: random.Random, mistake_rate: float) -> tuple[str, str | None, str]:
+    """(reply, mistake or None, template used) for one task."""
+    gold, mistake = str(task.answer), None
+    if rng.random() < mistake_rate:
+        gold, mistake = wrong_answer(gold, rng), "wrong_answer"
+    template = rng.choices(list(cfg.answer_templates), weights=list(cfg.answer_templates.values()))[0]
+    return template.format(answer=gold), mistake, template
+
+
+def gym_row(cfg: GymTasksConfig, env: Environment, task: Task, seed: int, mistake_rate: float) -> dict[str, Any]:
+    """One decided row (the same keys as a tool-use trajectory row)."""
+    rng = random.Random(f"{seed}:{task.id}")
+    reply, mistake, template = reference_reply(cfg, task, rng, mistake_rate)
+    reward = env.score(task, reply)
+    accepted = reward.value >= cfg.accept_at and reward.error is None
+    reasons = [] if accepted else [f"verifier: reward {reward.value:.3f} < {cfg.accept_at}"]
+    messages = [{"role": m.role, "content": m.content} for m in task.messages] + [{"role": "assistant", "content": reply}]
+    return {
+        "id": task.id, "domain": DOMAIN_PREFIX + env.name, "attempt": 0, "accepted": accepted, "messages": messages, "tools": [],
+        "metadata": {"task_id": task.id, "env": env.name, "task_type": task.task_type, "mistake": mistake, "template": template,
+                     "reward": reward.value},
+        "verdict": {"accepted": accepted, "reasons": reasons, "error": reward.error},
+    }
+
+
+def gym_tasks(cfg: GymTasksConfig, seed: int) -> tuple[Environment, list[Task]]:
+    """The environment and its train tasks for this synthesis (tasks without a gold answer are an error)."""
+    env = cfg.make_env()
+    tasks = list(env.tasks("train", seed=seed + cfg.seed_offset, n=cfg.tasks))
+    missing = [t.id for t in tasks if t.answer is None]
+    if missing:
+        raise ValueError(f"gym_tasks: {cfg.env!r} task {missing[0]!r} has no gold answer; only gyms with Task.answer can be synthesized")
+    return env, tasks

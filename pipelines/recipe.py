@@ -1,0 +1,207 @@
+"""The recipe end to end (what `make demo` runs): model -> synth -> SFT -> eval -> RL -> eval, then a report.
+
+    python -m pipelines.recipe configs/recipe_demo.yaml [key.path=value ...]
+    k2post recipe configs/recipe_demo.yaml rl_overrides='[train.iterations=10]'
+
+Each stage is the same `k2post` command a user would type (`model init`, `synth`, `sft`, `eval`,
+`rl`, `eval`), run as a child process with the paths chained under `run_dir`; its whole output
+goes to `run_dir/logs/<stage>.log` and the essentials to the console. A stage whose output is
+complete is skipped and a cut SFT or RL run is resumed, so a rerun after Ctrl-C continues
+(`fresh: true` starts over). At the end: held-out accuracy per environment before and after RL
+(`run_dir/report.json`, `run_dir/heldout_before_after.png`, the table on the console), with the
+RL run's own plots in `run_dir/rl/plots/`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from k2post.config.loader import ConfigError
+from k2post.config.registry import load_run_config
+from k2post.config.runs import RecipeConfig
+
+console = Console(highlight=False, width=max(140, shutil.get_terminal_size((140, 24)).columns))
+# Lines of the children's output shown on the console (the log files keep everything).
+SHOWN = re.compile(r"^(synth:|step \d+/|\{\"completed\"|rl: |model written|report:|\s*\S+\s+\d+\s+\d\.\d{3}|[┏┃┡│└]|k2post: error|.*Error)")
+
+
+class StageError(RuntimeError):
+    """A stage's command failed; the message names it and its log."""
+
+
+def stage_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "k2post.cli", *args]
+
+
+def run_stage(name: str, command: list[str], logs: Path, timings: dict[str, float]) -> None:
+    """Run one stage's command; stream the essentials, keep the whole output in logs/<name>.log."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{name}.log"
+    console.print(f"[bold cyan]> {name}[/]: {' '.join(command[2:])}")
+    started = time.perf_counter()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "w") as log, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                      env=env, bufsize=1) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            if SHOWN.match(line):
+                console.print(f"  {line.rstrip()}", markup=False)
+    timings[name] = round(time.perf_counter() - started, 1)
+    if proc.returncode != 0:
+        raise StageError(f"stage {name!r} failed (exit {proc.returncode}); see {log_path}")
+    console.print(f"  [dim]{name}: {timings[name]:.0f}s[/]")
+
+
+def env_names(rl_config: str, overrides: list[str]) -> list[str]:
+    return [entry.name for entry in load_run_config(rl_config, overrides, expected_kind="rl").envs]
+
+
+class Recipe:
+    """The stages of one recipe run, with their chained paths."""
+
+    def __init__(self, cfg: RecipeConfig) -> None:
+        self.cfg, self.run_dir = cfg, Path(cfg.run_dir)
+        self.model, self.synth, self.sft, self.rl = (Path(cfg.model.path), self.run_dir / "synth", self.run_dir / "sft",
+                                                     self.run_dir / "rl")
+        self.logs, self.timings = self.run_dir / "logs", {}
+        self.envs = env_names(cfg.rl, cfg.rl_overrides)
+
+    def stage_model(self) -> None:
+        from k2post.models.loading import is_model_dir
+
+        if is_model_dir(self.model):
+            return
+        if self.cfg.model.flavor is None:
+            raise ConfigError(f"model.path {str(self.model)!r} is not a model dir and model.flavor is null")
+        run_stage("model", stage_command("model", "init", "--flavor", self.cfg.model.flavor, "--out", str(self.model),
+                                         "--seed", str(self.cfg.model.seed)), self.logs, self.timings)
+
+    def stage_synth(self) -> None:
+        if (self.synth / "stats.json").is_file() and (self.synth / "dataset").is_dir():
+            return
+        run_stage("synth", stage_command("synth", self.cfg.synth, f"out_dir={self.synth}", *self.cfg.synth_overrides),
+                  self.logs, self.timings)
+
+    def stage_sft(self) -> None:
+        if (self.sft / "final" / "config.json").is_file():
+            return
+        resume = ["resume=true"] if self.sft.exists() else []
+        run_stage("sft", stage_command("sft", self.cfg.sft, f"run_dir={self.sft}", f"model.path={self.model}", "model.flavor=null",
+                                       f"data.path={self.synth / 'dataset'}", *resume, *self.cfg.sft_overrides), self.logs, self.timings)
+
+    def stage_eval(self, name: str, target: Path, extra: list[str]) -> dict[str, Any]:
+        out = self.run_dir / "eval" / f"{name}.json"
+        if not out.is_file():
+            args = ["eval", str(target), *extra, "--n", str(self.cfg.eval_n), "--seed", str(self.cfg.eval_seed), "--out", str(out)]
+            run_stage(f"eval_{name}", stage_command(*args), self.logs, self.timings)
+        return json.loads(out.read_text())
+
+    def rl_config_file(self) -> Path:
+        """The RL config with the recipe's overrides applied (what `eval before` reads env configs and budgets from)."""
+        from k2post.config.loader import dump_yaml
+
+        cfg = load_run_config(self.cfg.rl, [*self.cfg.rl_overrides, f"run_dir={self.rl}", f"model.path={self.sft / 'final'}",
+                                            "model.flavor=null"], expected_kind="rl")
+        path = self.run_dir / "rl_config.yaml"
+        path.write_text(dump_yaml(cfg))
+        return path
+
+    def stage_rl(self, config: Path) -> None:
+        if (self.rl / "final" / "config.json").is_file():
+            return
+        if (self.rl / "config.yaml").is_file():
+            run_stage("rl", stage_command("rl", "--resume", str(self.rl)), self.logs, self.timings)
+        else:
+            run_stage("rl", stage_command("rl", str(config)), self.logs, self.timings)
+
+    def run(self) -> dict[str, Any]:
+        if self.cfg.fresh and self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        self.stage_model()
+        self.stage_synth()
+        self.stage_sft()
+        rl_config = self.rl_config_file()
+        env_flags = [flag for name in self.envs for flag in ("--env", name)]
+        before = self.stage_eval("before_rl", self.sft / "final", [*env_flags, "--env-config", str(rl_config)])
+        self.stage_rl(rl_config)
+        after = self.stage_eval("after_rl", self.rl, env_flags)
+        return self.report(before, after, time.perf_counter() - started)
+
+    def report(self, before: dict[str, Any], after: dict[str, Any], wall_s: float) -> dict[str, Any]:
+        """report.json, the before/after bar chart and the console table."""
+        rows = {name: {"before": before["envs"][name], "after": after["envs"][name]} for name in self.envs}
+        report = {"envs": rows, "mean_accuracy_before": before["mean_accuracy"], "mean_accuracy_after": after["mean_accuracy"],
+                  "eval_n": self.cfg.eval_n, "eval_seed": self.cfg.eval_seed, "stage_seconds": self.timings,
+                  "wall_s": round(wall_s, 1), "rl_plots": sorted(p.name for p in (self.rl / "plots").glob("*.png"))}
+        (self.run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        plot_before_after(rows, self.run_dir / "heldout_before_after.png")
+        console.print(report_table(report))
+        console.print(f"report: {self.run_dir / 'report.json'}  plot: {self.run_dir / 'heldout_before_after.png'}  "
+                      f"RL curves: {self.rl / 'plots'}/")
+        return report
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    table = Table(title=f"held-out accuracy before and after RL ({report['eval_n']} test tasks per env, seed {report['eval_seed']})")
+    for column in ("env", "before RL", "after RL", "change", "truncated before", "truncated after"):
+        table.add_column(column, justify="left" if column == "env" else "right")
+    for name, pair in report["envs"].items():
+        b, a = pair["before"], pair["after"]
+        table.add_row(name, f"{b['accuracy']:.3f}", f"{a['accuracy']:.3f}", f"{a['accuracy'] - b['accuracy']:+.3f}",
+                      f"{b['truncation_rate']:.2f}", f"{a['truncation_rate']:.2f}")
+    mean_b, mean_a = report["mean_accuracy_before"], report["mean_accuracy_after"]
+    table.add_row("[bold]mean", f"{mean_b:.3f}", f"{mean_a:.3f}", f"[bold]{mean_a - mean_b:+.3f}", "", "")
+    return table
+
+
+def plot_before_after(rows: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(rows)
+    xs = range(len(names))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar([x - 0.2 for x in xs], [rows[n]["before"]["accuracy"] for n in names], width=0.4, label="after SFT (before RL)")
+    ax.bar([x + 0.2 for x in xs], [rows[n]["after"]["accuracy"] for n in names], width=0.4, label="after RL")
+    ax.set_xticks(list(xs), names)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("held-out accuracy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m pipelines.recipe CONFIG [key.path=value ...]", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_run_config(argv[0], argv[1:], expected_kind="recipe")
+        recipe = Recipe(cfg)
+        console.print(f"[bold]recipe[/] {argv[0]} -> {cfg.run_dir}: model, synth, sft, eval, rl ({', '.join(recipe.envs)}), eval")
+        recipe.run()
+    except (ConfigError, StageError) as err:
+        print(f"recipe: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

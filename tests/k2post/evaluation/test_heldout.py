@@ -1,0 +1,105 @@
+"""Held-out evaluation: task draws, episode options, summaries (tables), and a real engine run checked task by task."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from k2post.envs.base import Reward
+from k2post.envs.mix import EnvEntryConfig
+from k2post.evaluation.config import EvalConfig
+from k2post.evaluation.heldout import draw_tasks, eval_work, mean_accuracy, summarize
+from k2post.rl.config import BudgetConfig
+
+CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+
+
+@pytest.mark.parametrize("name,config", [("math", {"difficulty": 1}), ("reasoning_gym", CHAIN_SUM), ("tool_use", {})])
+def test_draw_tasks_is_seeded_held_out_and_cut_to_n(name, config):
+    env = EnvEntryConfig(name=name, config=config).make()
+    first, again, other = draw_tasks(env, "test", 10, 1), draw_tasks(env, "test", 10, 1), draw_tasks(env, "test", 10, 2)
+    assert len(first) == 10 and [t.id for t in first] == [t.id for t in again]
+    assert [t.id for t in first] != [t.id for t in other]
+    content = lambda t: (t.messages[-1].content, json.dumps(t.answer, sort_keys=True))  # noqa: E731
+    train = {content(t) for t in env.tasks("train", seed=0, n=200)}
+    assert not train & {content(t) for t in first}  # held out from the train split
+
+
+def test_eval_work_ids_budgets_and_seeds():
+    env = EnvEntryConfig(name="math").make()
+    tasks = {"math": draw_tasks(env, "test", 2, 0)}
+    budget = BudgetConfig(default_max_tokens=50, max_tokens={"math": 12})
+    greedy = eval_work(tasks, budget, 0.0, 1, 0)
+    assert [opts for _, opts in greedy] == [{"id": f"eval/math/{t.id}/0", "temperature": 0.0, "max_tokens": 12} for t in tasks["math"]]
+    sampled = eval_work(tasks, budget, 1.0, 3, 4)
+    assert len(sampled) == 6 and len({opts["seed"] for _, opts in sampled}) == 3
+    assert {opts["id"].rsplit("/", 1)[1] for _, opts in sampled} == {"0", "1", "2"}
+
+
+@dataclass
+class _Episode:
+    env_name: str
+    truncated: bool
+    loss_mask: list
+
+
+@pytest.mark.parametrize("values,truncated,threshold,accuracy,mean", [
+    ([1.0, 0.0, 1.0, 0.0], [False] * 4, 0.5, 0.5, 0.5),
+    ([0.6, 0.4, 0.5, 0.49], [True, False, False, False], 0.5, 0.5, 0.4975),
+    ([0.0, 0.0], [True, True], 0.5, 0.0, 0.0),
+    ([0.3, 0.3, 0.3], [False] * 3, 0.25, 1.0, 0.3),
+])
+def test_summarize_tables(values, truncated, threshold, accuracy, mean):
+    episodes = [_Episode("e", t, [0, 1, 1]) for t in truncated]
+    rewards = [Reward(value=v, error="boom" if i == 0 else None) for i, v in enumerate(values)]
+    out = summarize(episodes, rewards, threshold)["e"]
+    assert out["n"] == len(values) and out["accuracy"] == pytest.approx(accuracy) and out["mean_reward"] == pytest.approx(mean)
+    assert out["truncation_rate"] == pytest.approx(sum(truncated) / len(truncated))
+    assert out["response_tokens_mean"] == 2 and out["reward_errors"] == 1
+
+
+def test_summarize_keeps_envs_apart_and_mean_is_unweighted():
+    episodes = [_Episode("a", False, [1]), _Episode("b", False, [1]), _Episode("b", False, [1]), _Episode("b", False, [1])]
+    out = summarize(episodes, [Reward(value=1.0), Reward(value=0.0), Reward(value=0.0), Reward(value=0.0)], 0.5)
+    assert out["a"]["accuracy"] == 1.0 and out["b"]["accuracy"] == 0.0 and mean_accuracy(out) == 0.5
+
+
+@pytest.mark.parametrize("raw,needle", [
+    ({"envs": [{"name": "math"}, {"name": "math"}]}, "each environment once"),
+    ({"temperature": 0.0, "samples_per_task": 3}, "temperature > 0"),
+    ({"budget": {"default_max_tokens": 5000}}, "max_episode_tokens"),
+])
+def test_bad_eval_configs(raw, needle):
+    with pytest.raises(ValueError, match=needle):
+        EvalConfig(**raw)
+
+
+@pytest.mark.slow
+def test_eval_matches_a_direct_greedy_chat_scored_in_process(tiny_qwen2_dir, tmp_path):
+    """The report's per-task rewards equal greedy vLLM chat replies scored by the env in this process."""
+    from k2post.evaluation.heldout import evaluate
+    from k2post.rollout.config import SamplingConfig
+    from k2post.rollout.vllm_engine import VLLMEngine
+
+    report_path = tmp_path / "report.json"
+    engine_cfg = {"max_model_len": 512, "kv_cache_gib": 0.25, "max_num_seqs": 16}
+    cfg = EvalConfig(model_path=str(tiny_qwen2_dir), envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=6, seed=3,
+                     budget={"default_max_tokens": 8}, engine=engine_cfg, report_path=str(report_path))
+    report = evaluate(cfg)
+    assert json.loads(report_path.read_text()) == report
+    math = report["envs"]["math"]
+    assert math["n"] == 6 and math["reward_errors"] == 0 and math["response_tokens_mean"] <= 8
+
+    env = cfg.envs[0].make()
+    tasks = draw_tasks(env, "test", 6, 3)
+    engine = VLLMEngine(tiny_qwen2_dir, cfg.engine)
+    try:
+        turns = engine.chat([t.messages for t in tasks], SamplingConfig(temperature=0.0, max_tokens=8))
+    finally:
+        engine.close()
+    direct = [env.score(t, turn.message.content or "").value for t, turn in zip(tasks, turns)]
+    assert math["mean_reward"] == pytest.approx(sum(direct) / 6)
+    assert math["truncation_rate"] == pytest.approx(sum(turn.generation.finish_reason == "length" for turn in turns) / 6)

@@ -1,0 +1,95 @@
+"""SFT rows from verifiable gyms: reference answers judged by the gym's own verifier, mixed with tool-use rows."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from datasets import load_from_disk
+
+from k2post.config.loader import ConfigError, validate_config
+from k2post.synth.config import SynthConfig
+from k2post.synth.gym_tasks import GymTasksConfig, gym_row, gym_tasks, wrong_answer
+from k2post.synth.pipeline import read_shards, run_synth
+
+CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+
+
+@pytest.mark.parametrize("answer", ["0", "7", "-13", "120"])
+def test_wrong_answer_of_a_number_is_a_different_number(answer):
+    for seed in range(20):
+        wrong = wrong_answer(answer, random.Random(seed))
+        assert int(wrong) != int(answer) and abs(int(wrong) - int(answer)) <= 2
+
+
+@pytest.mark.parametrize("answer", ["abc", "aba", "x", "Friday"])
+def test_wrong_answer_of_text_differs(answer):
+    assert wrong_answer(answer, random.Random(0)) != answer
+
+
+@pytest.mark.parametrize("env,config", [("math", {"difficulty": 1}), ("reasoning_gym", CHAIN_SUM)])
+def test_reference_rows_pass_the_verifier_and_mistakes_are_rejected(env, config):
+    cfg = GymTasksConfig(env=env, config=config, tasks=40)
+    environment, tasks = gym_tasks(cfg, seed=3)
+    assert tasks and all(t.answer is not None for t in tasks)
+    clean = [gym_row(cfg, environment, t, 3, mistake_rate=0.0) for t in tasks]
+    assert all(r["accepted"] and r["metadata"]["mistake"] is None for r in clean)
+    assert all(r["messages"][-1] == {"role": "assistant", "content": f"\\boxed{{{t.answer}}}"} for r, t in zip(clean, tasks))
+    spoiled = [gym_row(cfg, environment, t, 3, mistake_rate=1.0) for t in tasks]
+    assert all(not r["accepted"] and r["metadata"]["mistake"] == "wrong_answer" for r in spoiled)
+    assert all(r["verdict"]["reasons"][0].startswith("verifier: reward") for r in spoiled)
+
+
+def test_answer_styles_follow_their_weights_and_the_verifier_decides():
+    styles = {"The answer is {answer}.": 3.0, "\\boxed{{{answer}}}": 1.0}
+    math = GymTasksConfig(env="math", config={"difficulty": 1}, tasks=400, answer_templates=styles)
+    env, tasks = gym_tasks(math, seed=0)
+    rows = [gym_row(math, env, t, 0, mistake_rate=0.0) for t in tasks]
+    share = sum(r["metadata"]["template"].startswith("The answer") for r in rows) / len(rows)
+    assert 0.68 < share < 0.82 and all(r["accepted"] for r in rows)  # math reads "the answer is"
+    rg = GymTasksConfig(env="reasoning_gym", config=CHAIN_SUM, tasks=60, answer_templates=styles)
+    env, tasks = gym_tasks(rg, seed=0)
+    rows = [gym_row(rg, env, t, 0, mistake_rate=0.0) for t in tasks]
+    assert all(r["accepted"] == r["metadata"]["template"].startswith("\\boxed") for r in rows)  # its last line must be the answer
+
+
+def test_gym_tasks_draw_apart_from_the_rl_pool_seed():
+    cfg = GymTasksConfig(env="math", config={"difficulty": 2}, tasks=30)
+    _, synth = gym_tasks(cfg, seed=0)
+    rl_pool = list(cfg.make_env().tasks("train", seed=0, n=30))
+    assert {t.messages[0].content for t in synth} != {t.messages[0].content for t in rl_pool}
+
+
+@pytest.mark.parametrize("raw,needle", [
+    ({"env": "tool_use"}, "is multi-turn"),
+    ({"env": "math", "config": {"difficulty": 9}}, "difficulty"),
+    ({"env": "nope"}, "nope"),
+    ({"env": "math", "answer_templates": {"no slot": 1.0}}, "{answer}"),
+    ({"env": "math", "answer_templates": {"{answer}": 0.0}}, "positive weight"),
+])
+def test_bad_gym_entries_are_one_line_errors(raw, needle):
+    with pytest.raises(ConfigError) as err:
+        validate_config(SynthConfig, {"domains": [], "gym_tasks": [raw]}, "synth.yaml")
+    assert needle in str(err.value) and "gym_tasks.0" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_nothing_to_synthesize_is_an_error():
+    with pytest.raises(ConfigError, match="nothing to synthesize"):
+        validate_config(SynthConfig, {"domains": []}, "synth.yaml")
+
+
+def test_run_mixes_tool_use_and_gym_rows_and_resumes(tmp_path):
+    raw = {"out_dir": str(tmp_path / "out"), "domains": ["bank"], "tasks_per_domain": 4, "heldout_tasks_per_domain": 1,
+           "mistake_rate": 0.3, "seed": 1, "gym_tasks": [{"env": "math", "config": {"difficulty": 1}, "tasks": 25},
+                                                          {"env": "reasoning_gym", "config": CHAIN_SUM, "tasks": 15}]}
+    stats = run_synth(SynthConfig(**raw))
+    rows = [dict(r) for r in load_from_disk(str(tmp_path / "out" / "dataset"))]
+    domains = {r["domain"] for r in rows}
+    assert domains == {"bank", "gym:math", "gym:reasoning_gym"}
+    assert stats["per_domain"]["gym:math"]["accepted"] + stats["per_domain"]["gym:math"]["rejected"] == 25
+    assert stats["mistakes_injected"].get("wrong_answer", 0) >= 1
+    assert stats["mistakes_rejected"]["wrong_answer"] >= sum(1 for r in read_shards(tmp_path / "out" / "shards")
+                                                             if r["domain"].startswith("gym:") and r["metadata"]["mistake"])
+    shard_rows = len(read_shards(tmp_path / "out" / "shards"))
+    again = run_synth(SynthConfig(**raw))  # resume: every task is decided, nothing is written twice
+    assert again == stats and len(read_shards(tmp_path / "out" / "shards")) == shard_rows

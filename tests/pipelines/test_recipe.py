@@ -1,0 +1,65 @@
+"""`k2post recipe` (what `make demo` runs), scaled down: every stage chained under one run dir, the report, reruns.
+
+The full-size demo (configs/recipe_demo.yaml, ~15 min) is what shows learning; its figures are in
+docs/RL.md and docs/BENCHMARKS.md. Here the stages run with a handful of tasks and steps so the
+chaining, skipping and reporting are checked in ~3 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from proc_helpers import run_bounded
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = [
+    "eval_n=4",
+    "synth_overrides=[gym_tasks.0.tasks=60,tasks_per_domain=3]",
+    "sft_overrides=[train.max_steps=4,train.warmup_steps=1,train.eval_every=2,train.save_every=2,train.log_every=1]",
+    "rl_overrides=[train.iterations=2,train.eval_every=0,train.eval_tasks_per_env=3,train.save_every=0,"
+    "rollout.prompts_per_iteration=4,rollout.samples_per_prompt=2,loss.groups_per_step=2,loss.micro_batch_size=4,"
+    "rollout.engine.max_num_seqs=16,rollout.engine.kv_cache_gib=0.5,envs.2.weight=1.0]",
+]
+
+
+def _recipe(run_dir: Path, model_dir: Path, *extra: str, timeout: float = 900):
+    argv = [sys.executable, "-m", "k2post.cli", "recipe", "configs/recipe_demo.yaml", f"run_dir={run_dir}",
+            f"model.path={model_dir}", *SMALL, *extra]
+    return run_bounded(argv, timeout=timeout, cwd=REPO)
+
+
+def test_bad_stage_override_fails_before_any_stage(tmp_path, tiny_qwen2_dir):
+    run_dir = tmp_path / "run"
+    done = _recipe(run_dir, tiny_qwen2_dir, "rl_overrides=[loss.tau=-1]", timeout=120)
+    assert done.returncode == 2 and "loss.tau" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_recipe_chains_every_stage_reports_and_skips_on_rerun(tiny_qwen2_dir):
+    with tempfile.TemporaryDirectory(prefix="k2recipe_", dir="/tmp") as tmp:  # short: Ray's socket paths
+        run_dir = Path(tmp) / "run"
+        done = _recipe(run_dir, tiny_qwen2_dir)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        for path in ("synth/stats.json", "sft/final/config.json", "rl/final/config.json", "eval/before_rl.json",
+                     "eval/after_rl.json", "report.json", "heldout_before_after.png", "rl_config.yaml", "logs/rl.log"):
+            assert (run_dir / path).exists(), path
+        report = json.loads((run_dir / "report.json").read_text())
+        assert set(report["envs"]) == {"reasoning_gym", "math", "tool_use"}
+        assert all(pair["before"]["n"] == 4 and pair["after"]["n"] == 4 for pair in report["envs"].values())
+        assert set(report["stage_seconds"]) == {"synth", "sft", "eval_before_rl", "rl", "eval_after_rl"}
+        assert "heldout_accuracy.png" in report["rl_plots"] and "before RL" in done.stdout
+        before = json.loads((run_dir / "eval" / "before_rl.json").read_text())
+        assert before["model"] == str(run_dir / "sft" / "final") and before["env_configs"]["reasoning_gym"]["dataset"] == "chain_sum"
+        rl = json.loads((run_dir / "rl" / "summary.json").read_text())
+        assert rl["completed"] and rl["optimizer_steps"] >= 1
+
+        again = _recipe(run_dir, tiny_qwen2_dir, timeout=300)  # every stage is complete: nothing reruns
+        assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+        rerun = json.loads((run_dir / "report.json").read_text())
+        assert rerun["stage_seconds"] == {} and rerun["envs"] == report["envs"]
