@@ -2,14 +2,18 @@
 
 Each module defines one environment class decorated with `@register_environment`:
 math, reasoning_gym, instruction_following, faithfulness, code (sandboxed unit tests),
-tool_use (multi-turn, stateful toolsets). See docs/ENVIRONMENTS.md.
+tool_use (multi-turn, stateful toolsets), self_critique (the rubric critic's reward for prompts
+without a verifiable answer), critic_calibration (the critic judging verifier-labelled pairs).
+See docs/ENVIRONMENTS.md and docs/CRITIC.md.
 """
 
 from environments import (  # noqa: F401  (imported for their registrations)
     code,
+    critic_calibration,
     faithfulness,
     instruction_following,
     math_env,
     reasoning_gym_env,
+    self_critique,
     tool_use,
 )

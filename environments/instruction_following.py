@@ -483,6 +483,11 @@ class InstructionFollowingEnv(Environment):
             if build_prompt(base, constraints) not in self._test_set:
                 produced += 1
                 yield base, constraints
+        if produced == 0:
+            raise ValueError(
+                f"instruction_following: every train prompt drawn is a held-out test prompt: constraint_kinds "
+                f"{self.config.constraint_kinds} with max_constraints={self.config.max_constraints} give too few distinct "
+                f"prompts for test_size={self.config.test_size}; lower test_size or allow more kinds / constraints")
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         """Train: a seeded stream without test prompts; test: the fixed held-out set."""

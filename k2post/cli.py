@@ -12,6 +12,7 @@
     k2post rl configs/rl_demo.yaml [key.path=value ...] | k2post rl --resume RUN_DIR
     k2post eval MODEL_OR_RUN_DIR [--env NAME] [--env-config YAML] [--n N] [--seed S]
     k2post recipe configs/recipe_demo.yaml [key.path=value ...]   # what `make demo` runs
+    k2post critic pairs MODEL_OR_RUN_DIR --env math --split test --n 64 --k 8 --out pairs.jsonl
 
 Each subcommand registers a parser in `_SUBCOMMANDS`. Config and input errors print one line
 and exit with status 2.
@@ -129,6 +130,12 @@ def _add_recipe_parser(sub: argparse._SubParsersAction) -> None:
                         "configs/recipe_demo.yaml", _run_pipeline("recipe", "main"))
 
 
+def _add_critic_parser(sub: argparse._SubParsersAction) -> None:
+    from rubrics.pairs import add_critic_parser
+
+    add_critic_parser(sub)
+
+
 def _add_eval_parser(sub: argparse._SubParsersAction) -> None:
     from k2post.evaluation.cli import add_eval_parser
 
@@ -179,6 +186,7 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_rl_parser,
     _add_eval_parser,
     _add_recipe_parser,
+    _add_critic_parser,
 ]
 
 

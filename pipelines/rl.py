@@ -1,7 +1,8 @@
 """RL entry point: colocated K1.5 RL on Ray (trainer ranks + vLLM rollout actors, checkpoint-engine pushes).
 
     python -m pipelines.rl configs/rl_demo.yaml [key.path=value ...]
-    python -m pipelines.rl --resume RUN_DIR [key.path=value ...]     # continue a run bit for bit
+    python -m pipelines.rl --resume RUN_DIR [key.path=value ...]     # continue a run bit for bit (to the end,
+                                                                      # unless train.stop_at_iteration is given again)
     k2post rl configs/rl_demo.yaml                                     # same, through the CLI
     ray job submit --working-dir . -- python -m pipelines.rl configs/rl_demo.yaml
 
@@ -35,7 +36,9 @@ def load_config(argv: list[str]):
         config = Path(argv[1]) / "config.yaml"
         if not config.is_file():
             raise ConfigError(f"--resume {argv[1]}: no config.yaml there (not an RL run dir)")
-        return load_run_config(config, ["resume=true", f"run_dir={argv[1]}", *argv[2:]], expected_kind="rl")
+        # stop_at_iteration ends one invocation: a resume runs to the end unless it is given again
+        fixed = ["resume=true", f"run_dir={argv[1]}", "train.stop_at_iteration=null"]
+        return load_run_config(config, [*fixed, *argv[2:]], expected_kind="rl")
     return load_run_config(argv[0], argv[1:], expected_kind="rl")
 
 

@@ -36,3 +36,21 @@ def tiny_k2_dir(tmp_path_factory):
     from k2post.models.init import init_model_dir
 
     return init_model_dir("tiny-k2", tmp_path_factory.mktemp("models") / "tiny-k2", seed=0)
+
+
+_LAUNCHER_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def _launcher_env_is_restored():
+    """A test that runs a trainer rank in-process must not leave MASTER_PORT & co. behind: a later
+    subprocess would inherit a port this process still listens on (EADDRINUSE). Fails that test."""
+    before = {key: os.environ.get(key) for key in _LAUNCHER_KEYS}
+    yield
+    after = {key: os.environ.get(key) for key in _LAUNCHER_KEYS}
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    assert after == before, f"launcher variables leaked by this test: {after} (before: {before})"

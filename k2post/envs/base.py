@@ -76,6 +76,8 @@ class Environment(abc.ABC):
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     config_cls: ClassVar[type[EnvConfig]] = EnvConfig
     multi_turn: ClassVar[bool] = False
+    group_scored: ClassVar[bool] = False
+    """True for `GroupScoredEnvironment`s: their reward compares the K responses to one prompt."""
     golden_path: ClassVar[str | None] = None
     """Golden file of a third-party env, relative to its module's folder (built-ins use
     environments/golden/<name>.jsonl); `k2post envs test NAME` finds it without --golden."""
@@ -119,3 +121,19 @@ class MultiTurnEnvironment(Environment):
         state = self.reset(task)
         self.step(state, Message(role="assistant", content=response))
         return self.score_state(task, state)
+
+
+class GroupScoredEnvironment(Environment):
+    """Single-turn environment whose reward compares the K responses to one prompt (a critic).
+
+    The RL controller holds such a group's episodes until all K are in, then calls `score_groups`
+    where the policy's engine lives (the rollout actor), handing it an `LLMClient` over that
+    engine (K2: the actor is its own critic). `score` is the part that needs no judge (e.g.
+    deterministic rubric checks): what `k2post eval` and the reward workers use.
+    """
+
+    group_scored: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def score_groups(self, items: list[tuple[Task, list[str]]], policy_client: Any) -> tuple[list[list[Reward]], dict[str, float]]:
+        """Rewards of each (task, K responses) group, plus metrics of the scoring (calls, tokens, ...)."""

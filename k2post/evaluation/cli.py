@@ -60,10 +60,17 @@ def _run_settings(run_dir: Path | None, env_config_files: list[str]) -> dict[str
     return settings
 
 
+def _listed_envs(data: dict[str, Any]) -> list[str]:
+    return [entry["name"] for entry in data.get("envs", []) if isinstance(entry, dict) and "name" in entry]
+
+
 def _env_names(args: argparse.Namespace, run: dict[str, Any]) -> list[str]:
-    names = args.env or [entry["name"] for entry in run.get("envs", []) if isinstance(entry, dict)]
+    """--env names, else the run dir's envs, else those of the first --env-config run config with an `envs:` list."""
+    names = args.env or _listed_envs(run)
+    for path in args.env_config or []:
+        names = names or _listed_envs(read_yaml(path))
     if not names:
-        raise ConfigError(f"{args.target}: name at least one --env (this is not a run dir with an `envs:` list)")
+        raise ConfigError(f"{args.target}: name at least one --env (neither a run dir nor an --env-config with an `envs:` list)")
     return names
 
 
@@ -108,7 +115,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     command = sub.add_parser("eval", help="held-out accuracy per environment of a model or run dir (vLLM, isolated scoring)")
     command.add_argument("target", metavar="MODEL_OR_RUN_DIR", help="HF model dir, or a run dir (its final/ or newest checkpoint)")
-    command.add_argument("--env", action="append", metavar="NAME", help="environment to evaluate on (repeatable; default: the run's envs)")
+    command.add_argument("--env", action="append", metavar="NAME", help="environment to evaluate on (repeatable; default: the run's envs, or those of --env-config)")
     command.add_argument("--env-config", action="append", metavar="YAML", help="env config, or a run config with an `envs:` list (repeatable)")
     command.add_argument("--n", type=int, default=64, help="held-out tasks per environment (default 64)")
     command.add_argument("--seed", type=int, default=0, help="seed of the task draw (default 0)")

@@ -4,6 +4,7 @@ simulator, with no server in between.
     client = EngineLLMClient(engine, SamplingConfig(temperature=0, max_tokens=128))
     text = client.chat([Message(role="user", content="Rank these answers ...")])
     turn = client.chat_result(messages, tools=[spec])        # ChatResult with parsed tool calls
+    texts = client.chat_batch([messages_1, messages_2])       # one batched engine call (critic comparisons)
 
 Keyword arguments of `chat` / `chat_result` override the sampling config per call
 (`temperature=`, `max_tokens=`, `top_p=`, `seed=`, `stop=`).
@@ -34,7 +35,14 @@ class EngineLLMClient:
 
     def chat_result(self, messages: list[Message], tools: list[ToolSpec] | None = None, **kw: Any) -> ChatResult:
         """The whole assistant turn: parsed message, finish reason, token counts, raw text."""
-        turn = self.engine.chat([list(messages)], self._sampling(kw), tools)[0]
+        return self.chat_results([messages], tools, **kw)[0]
+
+    def chat_results(self, dialogues: list[list[Message]], tools: list[ToolSpec] | None = None, **kw: Any) -> list[ChatResult]:
+        """One whole assistant turn per dialogue, generated in one batched engine call (a critic's comparisons)."""
+        turns = self.engine.chat([list(messages) for messages in dialogues], self._sampling(kw), tools)
+        return [self._result(turn) for turn in turns]
+
+    def _result(self, turn: Any) -> ChatResult:
         generation = turn.generation
         usage = {"prompt_tokens": len(generation.prompt_ids), "completion_tokens": len(generation.token_ids)}
         return ChatResult(
@@ -48,3 +56,7 @@ class EngineLLMClient:
     def chat(self, messages: list[Message], tools: list[ToolSpec] | None = None, **kw: Any) -> str:
         """The assistant's reply text."""
         return self.chat_result(messages, tools, **kw).message.content
+
+    def chat_batch(self, dialogues: list[list[Message]], **kw: Any) -> list[str]:
+        """The reply text of each dialogue, in one batched engine call."""
+        return [result.message.content for result in self.chat_results(dialogues, **kw)]

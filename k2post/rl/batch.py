@@ -41,6 +41,7 @@ class Sample:
     versions: list[int] = field(default_factory=list)  # policy version per model-written token
     reward_error: str | None = None
     rollout_logprob: float | None = None  # log pi(y|x) by the engine that sampled it (sum over model tokens)
+    response_text: str = ""  # the last assistant message (single-turn: the response; feeds the critic's closed loop)
 
     @property
     def response_tokens(self) -> int:

@@ -33,6 +33,7 @@ from k2post.config.loader import dump_yaml
 from k2post.envs.base import Task
 from k2post.evaluation.heldout import draw_tasks, eval_work, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
+from k2post.rl.critic_loop import CalibrationHarvester, PendingGroups, final_text, score_on_actors
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
 from k2post.rl.sampling import PromptSampler
@@ -56,6 +57,8 @@ class ControllerState:
     book: rb.GroupBook | None = None
     paused: list[list[Any]] = field(default_factory=list)  # per rollout replica
     group_replica: dict[str, int] = field(default_factory=dict)  # open group -> replica that holds it
+    pending: PendingGroups | None = None  # finished episodes of group-scored envs waiting for their group
+    added_tasks: dict[str, list[Task]] = field(default_factory=dict)  # tasks added to pools during the run
 
 
 class PhaseTimer:
@@ -124,7 +127,8 @@ class RLRun:
     def __init__(self, cfg: RLConfig) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
-        self.state = ControllerState(book=rb.GroupBook(cfg.rollout.samples_per_prompt))
+        self.state = ControllerState(book=rb.GroupBook(cfg.rollout.samples_per_prompt),
+                                     pending=PendingGroups(cfg.rollout.samples_per_prompt))
         self.trainers: list[Any] = []
         self.rollouts: list[Any] = []
         self.pool = self.reward_pool = self.log = self.placement = None
@@ -151,12 +155,25 @@ class RLRun:
         self.samplers: dict[str, PromptSampler] = {}
         for name, env in self.envs.items():
             tasks = list(env.tasks("train", seed=self.cfg.seed, n=train.prompt_pool_per_env))
-            if not tasks:
-                raise ValueError(f"environment {name!r} gave no train tasks")
+            if not tasks and not (name == "critic_calibration" and self.cfg.critic.harvest_pairs_per_group > 0):
+                raise ValueError(f"environment {name!r} gave no train tasks")  # critic_calibration may fill up online
             self.pools[name] = {task.id: task for task in tasks}
             self.heldout[name] = draw_tasks(env, "test", train.eval_tasks_per_env, self.cfg.seed)
             difficulty = {t.id: float(t.metadata.get("difficulty", 0)) for t in tasks}
             self.samplers[name] = PromptSampler(list(self.pools[name]), self.cfg.sampling, difficulty, seed=self.cfg.seed)
+        self.harvester = None
+        if "critic_calibration" in self.envs and self.cfg.critic.harvest_pairs_per_group > 0:
+            self.harvester = CalibrationHarvester("critic_calibration", self.envs["critic_calibration"], self.cfg.reward.success_threshold,
+                                                  self.cfg.critic.harvest_pairs_per_group, self.cfg.critic.max_harvested_tasks, self.cfg.seed)
+
+    def add_tasks(self, env_name: str, tasks: list[Task]) -> int:
+        """Grow an environment's train pool during the run (kept in the controller state for resume)."""
+        fresh = [t for t in tasks if t.id not in self.pools[env_name]]
+        for task in fresh:
+            self.pools[env_name][task.id] = task
+        self.samplers[env_name].add([t.id for t in fresh])
+        self.state.added_tasks.setdefault(env_name, []).extend(fresh)
+        return len(fresh)
 
     def start_ray(self) -> None:
         import ray
@@ -239,6 +256,7 @@ class RLRun:
         counts = allocate(self.cfg.rollout.prompts_per_iteration, weights, iteration, self.cfg.seed)
         groups = []
         for name, count in counts.items():
+            count = min(count, len(self.pools[name]))  # a pool that fills up during the run (critic_calibration)
             for j, task_id in enumerate(self.samplers[name].sample(count, iteration) if count else []):
                 groups.append((f"i{iteration}-{name}-{j}", name, self.pools[name][task_id]))
         return groups
@@ -297,6 +315,7 @@ class RLRun:
             raise RuntimeError(f"rollout actors died {self.restarts} times (ray.actor_restarts={self.cfg.ray.actor_restarts}): giving up")
         lost = [g for g, r in self.state.group_replica.items() if r == replica]
         self.state.book.drop(lost)
+        self.state.pending.drop(lost)
         for group_id in lost:
             del self.state.group_replica[group_id]
         self.rollouts[replica] = self._start_rollout(replica)
@@ -308,9 +327,19 @@ class RLRun:
 
     # ------------------------------------------------------------------ 3-4: rewards and groups
 
-    def score(self, episodes: list[Any]) -> list[rb.Sample]:
-        """Rewards in the isolated workers, as samples for the group book."""
-        return [self._sample(e, r) for e, r in zip(episodes, self.rewards(episodes))]
+    def score(self, episodes: list[Any]) -> tuple[list[rb.Sample], dict[str, float]]:
+        """Rewards as samples for the group book: per episode in the isolated workers, or per complete group
+        (group-scored envs: the critic, judged on the actor that ran them); plus the critic's metrics."""
+        direct = [e for e in episodes if not self.envs[e.env_name].group_scored]
+        samples = [self._sample(e, r) for e, r in zip(direct, self.rewards(direct))]
+        complete = self.state.pending.add([e for e in episodes if self.envs[e.env_name].group_scored])
+        if not complete:
+            return samples, {}
+        rewards, metrics, dead = score_on_actors(complete, self.rollouts, lambda g: self.state.group_replica.get(g, 0))
+        for replica in sorted(dead):
+            self.replace_rollout(replica)
+        samples += [self._sample(e, r) for g, group_rewards in rewards.items() for e, r in zip(complete[g], group_rewards)]
+        return samples, metrics
 
     def rewards(self, episodes: list[Any]) -> list[Any]:
         """One Reward per episode, computed in the RewardPool's worker processes."""
@@ -323,10 +352,11 @@ class RLRun:
         return rb.Sample(group_id, int(index), episode.env_name, episode.task.task_type, episode.task.id,
                          list(episode.token_ids), list(episode.loss_mask), float(reward.value), episode.truncated,
                          str(episode.finish_reason), [v for v in episode.versions if v >= 0], reward.error,
-                         sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m))
+                         sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m), final_text(episode))
 
     def file_samples(self, samples: list[rb.Sample]) -> int:
-        """Add samples to the book; completed groups update their env's prompt sampler."""
+        """Add samples to the book; completed groups update their env's prompt sampler and feed the critic's
+        closed loop (verifier-labelled pairs for critic_calibration)."""
         before = len(self.state.book.ready)
         completed = self.state.book.add(samples)
         threshold = self.cfg.reward.success_threshold
@@ -334,6 +364,10 @@ class RLRun:
             self.state.group_replica.pop(group[0].group_id, None)
             success = sum(s.reward >= threshold for s in group) / len(group)
             self.samplers[group[0].env_name].update({group[0].task_id: success})
+            if self.harvester is not None:
+                task = self.pools[group[0].env_name][group[0].task_id]
+                new = self.harvester.harvest(group[0].env_name, task, [s.response_text for s in group], [s.reward for s in group])
+                self.add_tasks("critic_calibration", new)
         return completed
 
     # ------------------------------------------------------------------ 5-6: train and push
@@ -462,6 +496,10 @@ class RLRun:
 
         with open(checkpoint / STATE_FILE, "rb") as handle:
             self.state = pickle.load(handle)  # our own file, written by save()
+        for name, tasks in self.state.added_tasks.items():
+            self.pools[name].update({task.id: task for task in tasks})
+        if self.harvester is not None:
+            self.harvester.added = len(self.state.added_tasks.get("critic_calibration", []))
         for name, sampler in self.samplers.items():
             sampler.load_state_dict(self.state.samplers[name])
         ray.get([t.load.remote(str(checkpoint)) for t in self.trainers])
@@ -493,8 +531,11 @@ class RLRun:
             self.start_groups(self.new_groups(iteration), iteration)
             episodes = self.roll_out(iteration)
         with timer("reward"):
-            samples = self.score(episodes)
+            samples, critic_metrics = self.score(episodes)
             row["rollout/groups_completed"] = self.file_samples(samples)
+        row.update(critic_metrics)
+        if self.harvester is not None:
+            row.update({"calibration/harvested_tasks": self.harvester.added, "calibration/pool": len(self.pools["critic_calibration"])})
         row.update(self.rollout_metrics(samples))
         train_rows = self.train(iteration, timer)
         if train_rows:

@@ -5,7 +5,9 @@
     write_plots(run_dir / "metrics.jsonl", run_dir / "plots")
 
 Plots (one PNG each): reward, held-out accuracy per environment, response length and truncation
-rate, max attention logit, weight-sync time, time per phase.
+rate, max attention logit, weight-sync time, time per phase; with the critic in the mix, its
+agreement with the verifier (critic_calibration: held-out and on-policy) and how it judges
+(unparseable, tie, position-A and order-disagreement rates).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ PLOTS = {
     "max_logit": ("max_logit",),
     "weight_sync": ("time/push_s",),
     "phase_times": ("time/",),
+    "critic_agreement": ("critic_calibration/accuracy", "reward/critic_calibration"),
+    "critic_judging": ("critic/unparseable_rate", "critic/tie_rate", "critic/position_a_rate", "critic/order_disagreement_rate"),
 }
 
 

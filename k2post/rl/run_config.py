@@ -127,6 +127,15 @@ class RLRewardConfig(K2Config):
     success_threshold: float = Field(0.5, description="A reward at or above this counts as a success (accuracy, prioritized sampling).")
 
 
+class RLCriticConfig(K2Config):
+    """The critic's closed loop: on-policy verifier-labelled pairs feed the `critic_calibration` environment."""
+
+    harvest_pairs_per_group: int = Field(
+        2, ge=0, description="Pairs (correct, wrong) taken from each finished group of a calibration source with mixed rewards (0: off)."
+    )
+    max_harvested_tasks: int = Field(2000, ge=0, description="Most judge tasks added to critic_calibration's train pool during a run.")
+
+
 @register_run_config
 class RLConfig(K2Config):
     """Colocated RL: K1.5 + PTX loss with MuonClip, vLLM rollouts, checkpoint-engine pushes (docs/RL.md)."""
@@ -148,6 +157,7 @@ class RLConfig(K2Config):
     train: RLTrainLoopConfig = Field(default_factory=RLTrainLoopConfig, description="The loop.")
     reward: RLRewardConfig = Field(default_factory=RLRewardConfig, description="Reward workers.")
     ray: RLRayConfig = Field(default_factory=RLRayConfig, description="Ray placement.")
+    critic: RLCriticConfig = Field(default_factory=RLCriticConfig, description="The critic's closed loop (critic_calibration in the mix).")
 
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":

@@ -59,6 +59,14 @@ class PromptSampler:
         weights = [1.0] * len(self.ids) if self.cfg.strategy == "uniform" else priority_weights([self.success.get(t) for t in self.ids], self.cfg)
         return weighted_without_replacement(self.rng, self.ids, weights, k)
 
+    def add(self, task_ids: Sequence[str]) -> int:
+        """Grow the pool by new task ids (ones already in it are skipped); returns how many were added.
+        Curriculum pools keep their order: new ids go last (hardest)."""
+        known = set(self.ids)
+        fresh = [t for t in dict.fromkeys(task_ids) if t not in known]
+        self.ids.extend(fresh)
+        return len(fresh)
+
     def update(self, success_rates: Mapping[str, float]) -> None:
         """Record the latest success rate of tasks just played."""
         unknown = sorted(set(success_rates) - set(self.ids))
@@ -67,9 +75,11 @@ class PromptSampler:
         self.success.update({t: float(s) for t, s in success_rates.items()})
 
     def state_dict(self) -> dict[str, Any]:
-        return {"success": dict(self.success), "rng": self.rng.getstate()}
+        return {"success": dict(self.success), "rng": self.rng.getstate(), "ids": list(self.ids)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.success = dict(state["success"])
+        if "ids" in state:
+            self.ids = list(state["ids"])
         rng_state = state["rng"]
         self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]) if isinstance(rng_state, list) else rng_state)

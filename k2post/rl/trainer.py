@@ -52,11 +52,26 @@ def _move_optimizer_state(optimizer: Any, device: Any) -> None:
                 state[key] = value.to(device, non_blocking=True)
 
 
-def _set_dist_env(rank: int, world_size: int, master_port: int) -> None:
+LAUNCHER_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _set_dist_env(rank: int, world_size: int, master_port: int) -> dict[str, str | None]:
+    """Set this rank's launcher variables; returns their previous values (None: unset) for `_restore_env`."""
+    before = {key: os.environ.get(key) for key in LAUNCHER_KEYS}
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "TORCHDYNAMO_DISABLE": "1"})
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    return before
+
+
+def _restore_env(before: dict[str, str | None]) -> None:
+    """Put the launcher variables back, so a child process started later does not reuse a stale MASTER_PORT."""
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def deepspeed_config(cfg: RLConfig) -> dict[str, Any]:
@@ -76,7 +91,7 @@ class RLTrainerWorker:
     """One trainer rank (a Ray actor in the run; usable directly in one process)."""
 
     def __init__(self, cfg: RLConfig, model_dir: str, rank: int, master_port: int) -> None:
-        _set_dist_env(rank, cfg.trainer.world_size, master_port)
+        self._env_before = _set_dist_env(rank, cfg.trainer.world_size, master_port)
         torch.set_num_threads(cfg.trainer_threads())  # Ray sets OMP_NUM_THREADS=1 for fractional-CPU actors
         torch.manual_seed(cfg.seed)
         self.cfg, self.rank, self.world_size = cfg, rank, cfg.trainer.world_size
@@ -291,3 +306,4 @@ class RLTrainerWorker:
         if self.sender is not None:
             self.sender.close()
         shutdown_distributed(self.dist)
+        _restore_env(self._env_before)

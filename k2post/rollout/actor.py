@@ -144,6 +144,16 @@ class RolloutWorker:
                 episode.reward = score_episode(self.envs[episode.env_name], episode)
         return result.finished
 
+    def score_groups(self, env_name: str, items: list[tuple[Task, list[str]]]) -> tuple[list[list[Any]], dict[str, float]]:
+        """Rewards of complete groups of a group-scored environment (a critic), judged with this actor's engine
+        as the policy's client (K2: the actor is its own critic); returns (rewards per group, metrics)."""
+        from k2post.llm.engine_client import EngineLLMClient
+
+        env = self.envs[env_name]
+        if not getattr(env, "group_scored", False):
+            raise ValueError(f"environment {env_name!r} is not group-scored")
+        return env.score_groups(items, EngineLLMClient(self.engine))
+
     def paused_episodes(self) -> list[str]:
         """Ids of the episodes waiting for the next iteration."""
         return [episode.id for episode in self.episodes]

@@ -39,6 +39,10 @@ class GymTasksConfig(K2Config):
         "{'The answer is {answer}.': 0.7, '\\boxed{{{answer}}}': 0.3}; replies the gym's verifier rejects are dropped.",
     )
     accept_at: float = Field(1.0, description="The gym's reward a reply needs to be kept.")
+    judge_share: float = Field(
+        0.0, ge=0, le=1, description="Share of tasks written as a pairwise judging row instead (the critic's SFT data): the "
+        "reference reply and a perturbed one as Response A/B (seeded order), answered with the verifier's verdict [[A]]/[[B]]."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "GymTasksConfig":
@@ -76,18 +80,45 @@ def reference_reply(cfg: GymTasksConfig, task: Task, rng: random.Random, mistake
 
 
 def gym_row(cfg: GymTasksConfig, env: Environment, task: Task, seed: int, mistake_rate: float) -> dict[str, Any]:
-    """One decided row (the same keys as a tool-use trajectory row)."""
+    """One decided row (the same keys as a tool-use trajectory row): an answer, or a judging row (judge_share)."""
     rng = random.Random(f"{seed}:{task.id}")
+    if rng.random() < cfg.judge_share:
+        return judge_row(cfg, env, task, rng, seed, mistake_rate)
     reply, mistake, template = reference_reply(cfg, task, rng, mistake_rate)
     reward = env.score(task, reply)
-    accepted = reward.value >= cfg.accept_at and reward.error is None
-    reasons = [] if accepted else [f"verifier: reward {reward.value:.3f} < {cfg.accept_at}"]
-    messages = [{"role": m.role, "content": m.content} for m in task.messages] + [{"role": "assistant", "content": reply}]
+    return _row(env, task, list(task.messages), reply, reward.value, reward.error, cfg.accept_at,
+                {"mistake": mistake, "template": template})
+
+
+def judge_row(cfg: GymTasksConfig, env: Environment, task: Task, rng: random.Random, seed: int, mistake_rate: float) -> dict[str, Any]:
+    """The critic's SFT row: judge the reference reply against a perturbed one; the verifier decides the verdict."""
+    from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, calibration_task
+
+    template = next(iter(cfg.answer_templates))
+    correct = template.format(answer=task.answer)
+    wrong = template.format(answer=wrong_answer(str(task.answer), rng))
+    pair = CalibrationPair(source_env=env.name, source_task_id=task.id, prompt=list(task.messages), correct=correct, wrong=wrong,
+                           correct_reward=env.score(task, correct).value, wrong_reward=env.score(task, wrong).value)
+    judge_task = calibration_task(pair, [CORRECTNESS_RUBRIC], seed)
+    mistake = "wrong_verdict" if rng.random() < mistake_rate else None
+    verdict = judge_task.answer if mistake is None else ("B" if judge_task.answer == "A" else "A")
+    reply = f"[[{verdict}]]"
+    told_apart = pair.correct_reward >= cfg.accept_at > pair.wrong_reward
+    score = agreement(judge_task, reply).value if told_apart else 0.0
+    return _row(env, task, [m.model_dump(include={"role", "content"}) for m in judge_task.messages], reply, score, None,
+                cfg.accept_at, {"mistake": mistake, "template": "judge", "gold_position": judge_task.answer}, judge=True)
+
+
+def _row(env: Environment, task: Task, prompt: list[Any], reply: str, value: float, error: str | None, accept_at: float,
+         extra: dict[str, Any], judge: bool = False) -> dict[str, Any]:
+    accepted = value >= accept_at and error is None
+    reasons = [] if accepted else [f"verifier: reward {value:.3f} < {accept_at}"]
+    messages = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in prompt]
     return {
-        "id": task.id, "domain": DOMAIN_PREFIX + env.name, "attempt": 0, "accepted": accepted, "messages": messages, "tools": [],
-        "metadata": {"task_id": task.id, "env": env.name, "task_type": task.task_type, "mistake": mistake, "template": template,
-                     "reward": reward.value},
-        "verdict": {"accepted": accepted, "reasons": reasons, "error": reward.error},
+        "id": task.id, "domain": ("critic:" if judge else DOMAIN_PREFIX) + env.name, "attempt": 0, "accepted": accepted,
+        "messages": messages + [{"role": "assistant", "content": reply}], "tools": [],
+        "metadata": {"task_id": task.id, "env": env.name, "task_type": "critic" if judge else task.task_type, **extra, "reward": value},
+        "verdict": {"accepted": accepted, "reasons": reasons, "error": error},
     }
 
 

@@ -13,6 +13,7 @@ from proc_helpers import run_bounded
 ROOT = Path(__file__).resolve().parents[2]
 
 CASES = {
+    "critic_calibration.py": (["--quick"], {"agreement_before", "agreement_after", "math_before", "math_after", "pairs"}),
     "muon_step.py": (["--quick"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
@@ -30,7 +31,7 @@ CASES = {
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_benchmark_ends_with_json(script, tmp_path):
     args, keys = CASES[script]
-    extra = ["--out", str(tmp_path)] if script in ("qk_clip_stress.py", "rl_vs_trl.py") else []
+    extra = ["--out", str(tmp_path)] if script in ("qk_clip_stress.py", "rl_vs_trl.py", "critic_calibration.py") else []
     proc = run_bounded([sys.executable, str(ROOT / "benchmarks" / script), *args, *extra], timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])

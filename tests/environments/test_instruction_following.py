@@ -209,3 +209,11 @@ def test_golden_file():
         assert reward.value == pytest.approx(case["expected"], abs=case["tol"]), case["id"]
         for key, expected in case.get("expected_breakdown", {}).items():
             assert reward.breakdown[key] == pytest.approx(expected, abs=case["tol"]), case["id"]
+
+
+def test_a_prompt_space_the_test_set_exhausts_is_a_clear_error_not_an_empty_stream():
+    env = make_environment("instruction_following", {"max_constraints": 1, "constraint_kinds": ["lowercase"]})
+    with pytest.raises(ValueError, match="lower test_size"):
+        next(env.tasks("train", seed=0))
+    small = make_environment("instruction_following", {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8})
+    assert len(list(small.tasks("train", seed=0, n=5))) == 5

@@ -116,3 +116,5 @@ def test_a_run_config_as_env_config_supplies_budgets_for_a_plain_model(tmp_path)
     cfg = build_eval_config(_args(str(model), "--env", "math", "--env-config", str(rl)))
     assert cfg.envs[0].config["difficulty"] == 3 and cfg.budget.budget_for("math") == 12 and cfg.agentic.max_turns == 2
     assert cfg.report_path == str(model / "eval" / "math-n64-s0.json")
+    cfg = build_eval_config(_args(str(model), "--env-config", str(rl)))  # no --env: the run config's envs
+    assert [e.name for e in cfg.envs] == ["math"] and cfg.envs[0].config["difficulty"] == 3

@@ -93,3 +93,18 @@ def test_run_mixes_tool_use_and_gym_rows_and_resumes(tmp_path):
     shard_rows = len(read_shards(tmp_path / "out" / "shards"))
     again = run_synth(SynthConfig(**raw))  # resume: every task is decided, nothing is written twice
     assert again == stats and len(read_shards(tmp_path / "out" / "shards")) == shard_rows
+
+
+def test_judge_rows_carry_the_verifiers_verdict_and_wrong_verdicts_are_rejected():
+    from rubrics.verdict import parse_verdict
+
+    cfg = GymTasksConfig(env="math", config={"difficulty": 1}, tasks=120, judge_share=0.5)
+    env, tasks = gym_tasks(cfg, seed=2)
+    rows = [gym_row(cfg, env, t, 2, mistake_rate=0.2) for t in tasks]
+    judges = [r for r in rows if r["domain"] == "critic:math"]
+    assert 35 < len(judges) < 85 and all(r["metadata"]["task_type"] == "critic" for r in judges)
+    for row in judges:
+        verdict = parse_verdict(row["messages"][-1]["content"]).winner
+        assert row["accepted"] == (verdict == row["metadata"]["gold_position"]) == (row["metadata"]["mistake"] is None)
+        assert "<response_a>" in row["messages"][-2]["content"] and row["messages"][0]["role"] == "system"
+    assert any(r["metadata"]["mistake"] == "wrong_verdict" for r in judges)

@@ -1,0 +1,178 @@
+"""Benchmark: the critic's agreement with the verifier on held-out pairs, before and after RL with critic_calibration.
+
+Run: `python benchmarks/critic_calibration.py [--out runs/bench_critic] [--iterations 15] [--quick]` (repo root).
+
+1. SFT start: tiny-qwen2 + configs/synth_demo.yaml's math data with `--judge-share` of the math tasks written
+   as pairwise judging rows (reference vs perturbed answer, verdict from the verifier) + configs/sft_demo.yaml;
+2. held-out pairs: `k2post critic pairs SFT --split test` (the SFT model answers `--pair-tasks` test-split math
+   prompts `--k` times; each prompt with mixed verifier results gives up to 2 (correct, wrong) pairs);
+3. before: `k2post eval SFT` on those pairs (critic_calibration with `heldout_pairs_path`; accuracy =
+   agreement: the greedy verdict names the verified-correct answer) and on math test tasks (the actor);
+4. RL: `k2post rl` on math + critic_calibration (sources: math; its train pool starts with reference pairs and
+   grows with on-policy pairs harvested from the run's own math groups), in-loop eval every `--eval-every`;
+5. after: the same two evals on the RL model.
+A critic that always says A, or guesses, agrees 0.5 (the correct answer's position is a seeded coin).
+Prints a table, then one JSON line:
+{"agreement_before": .., "agreement_after": .., "math_before": .., "math_after": .., "pairs": .., ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MATH = {"difficulty": 1, "problem_types": ["add", "sub", "mul", "word"]}
+ANSWER_TOKENS, VERDICT_TOKENS = 32, 16
+
+
+def cli(*args: str, log: Path) -> float:
+    """Run a `k2post` command (output to `log`); returns its seconds; a failure stops the benchmark with the log's tail."""
+    started = time.perf_counter()
+    with open(log, "w") as handle:
+        done = subprocess.run([sys.executable, "-m", "k2post.cli", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"k2post {args[0]} failed (exit {done.returncode}):\n{log.read_text()[-3000:]}")
+    return time.perf_counter() - started
+
+
+def sft_model(args: argparse.Namespace, out: Path, seconds: dict[str, float]) -> Path:
+    """Model init + synth (math answers and judging rows) + SFT, each skipped when its output exists."""
+    from k2post.models.loading import is_model_dir
+
+    model, synth, sft = Path(args.base_model or out / "model"), out / "synth", out / "sft"
+    if is_model_dir(sft / "final"):
+        return sft / "final"
+    if args.base_model and not is_model_dir(model):
+        raise SystemExit(f"--base-model {args.base_model}: not a model dir (no config.json)")
+    if not is_model_dir(model):
+        cli("model", "init", "--flavor", "tiny-qwen2", "--out", str(model), log=out / "model.log")
+    quick = ["gym_tasks.0.tasks=300", "tasks_per_domain=1"] if args.quick else []
+    seconds["synth"] = cli("synth", "configs/synth_demo.yaml", f"out_dir={synth}", f"gym_tasks.0.judge_share={args.judge_share}",
+                           *quick, log=out / "synth.log")
+    steps = ["train.max_steps=30"] if args.quick else []
+    seconds["sft"] = cli("sft", "configs/sft_demo.yaml", f"run_dir={sft}", f"model.path={model}", "model.flavor=null",
+                         f"data.path={synth / 'dataset'}", *steps, log=out / "sft.log")
+    return sft / "final"
+
+
+def rl_config(args: argparse.Namespace, model: Path, run_dir: Path, heldout: Path | None) -> dict[str, Any]:
+    """Math + critic_calibration from the SFT model; the calibration env's held-out split is the on-policy pairs."""
+    calibration = {"sources": [{"name": "math", "config": MATH}], "answer_template": "The answer is {answer}."}
+    if heldout is not None:
+        calibration["heldout_pairs_path"] = str(heldout)
+    return {
+        "kind": "rl", "run_dir": str(run_dir), "seed": args.seed, "model": {"path": str(model), "flavor": None},
+        "envs": [{"name": "math", "config": MATH}, {"name": "critic_calibration", "config": calibration}],
+        "rollout": {"prompts_per_iteration": args.prompts, "samples_per_prompt": args.k, "sleep_during_training": False,
+                    "engine": {"dtype": "float32", "max_model_len": 2048, "max_num_seqs": 160, "kv_cache_gib": 1.0},
+                    "agentic": {"max_turns": 1, "max_turn_tokens": ANSWER_TOKENS, "max_episode_tokens": ANSWER_TOKENS}},
+        "loss": {"tau": 0.1, "groups_per_step": args.prompts // 2, "micro_batch_size": min(16, args.prompts // 2 * args.k),
+                 "max_steps_per_iteration": 2},
+        "optim": {"lr": args.lr, "weight_decay": 0.0},
+        "budget": {"default_max_tokens": ANSWER_TOKENS, "max_tokens": {"critic": VERDICT_TOKENS}, "penalty": "replace"},
+        "temperature": {"default": {"kind": "linear", "start": 1.0, "end": 0.7, "decay_iterations": args.iterations}},
+        "train": {"iterations": args.iterations, "lr_schedule": "cosine", "min_lr_ratio": 0.1, "prompt_pool_per_env": 512,
+                  "eval_every": args.eval_every, "eval_tasks_per_env": args.eval_n, "save_every": 0, "keep_checkpoints": 1},
+        "critic": {"harvest_pairs_per_group": 2},
+        "ray": {"num_cpus": 2, "cpus_per_bundle": 2},
+    }
+
+
+def heldout_pairs(args: argparse.Namespace, model: Path, config: Path, out: Path, seconds: dict[str, float]) -> Path | None:
+    """`k2post critic pairs` on the test split; None when no task had mixed results (then reference pairs are used)."""
+    path = out / "heldout_pairs.jsonl"
+    seconds["pairs"] = cli("critic", "pairs", str(model), "--env", "math", "--env-config", str(config), "--split", "test",
+                           "--n", str(args.pair_tasks), "--k", str(args.k), "--max-tokens", str(ANSWER_TOKENS),
+                           "--out", str(path), log=out / "pairs.log")
+    return path if path.is_file() and path.read_text().strip() else None
+
+
+def evaluate(model: Path, config: Path, out: Path, name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Greedy held-out accuracy of math (the actor) and critic_calibration (the critic's agreement)."""
+    report = out / f"eval_{name}.json"
+    cli("eval", str(model), "--env-config", str(config), "--n", str(args.eval_n), "--out", str(report), log=out / f"eval_{name}.log")
+    return json.loads(report.read_text())["envs"]
+
+
+def run_rl(args: argparse.Namespace, config: Path, out: Path, seconds: dict[str, float]) -> list[dict[str, Any]]:
+    """`k2post rl`; returns its metrics rows."""
+    from k2post.rl.metrics import read_metrics
+
+    ray_tmp = tempfile.mkdtemp(prefix="k2c_", dir="/tmp")  # short: Ray's socket paths have a length limit
+    try:
+        seconds["rl"] = cli("rl", str(config), f"ray.temp_dir={ray_tmp}", log=out / "rl.log")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return read_metrics(out / "rl" / "metrics.jsonl")
+
+
+def print_table(before: dict[str, Any], after: dict[str, Any], curve: list[tuple[int, float]], harvested: int) -> None:
+    print(f"{'held-out (greedy)':<34}{'before RL':>10}{'after RL':>10}")
+    for env, label in (("critic_calibration", "critic agreement with verifier"), ("math", "math accuracy (actor)")):
+        print(f"{label:<34}{before[env]['accuracy']:>10.3f}{after[env]['accuracy']:>10.3f}")
+    print(f"in-loop agreement by iteration: {curve}; on-policy judge tasks harvested: {harvested}")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="runs/bench_critic", help="work dir (the SFT model is reused when present)")
+    parser.add_argument("--base-model", default=None, help="HF model dir to SFT (default: a fresh tiny-qwen2 under --out)")
+    parser.add_argument("--judge-share", type=float, default=0.3, help="share of math SFT tasks written as judging rows")
+    parser.add_argument("--iterations", type=int, default=15, help="RL iterations")
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per RL iteration")
+    parser.add_argument("--k", type=int, default=8, help="samples per prompt (RL and pair sampling)")
+    parser.add_argument("--lr", type=float, default=3e-4, help="RL learning rate")
+    parser.add_argument("--pair-tasks", type=int, default=128, help="test-split math prompts sampled for held-out pairs")
+    parser.add_argument("--eval-n", type=int, default=128, help="held-out tasks / pairs per environment at each eval")
+    parser.add_argument("--eval-every", type=int, default=5, help="in-loop eval every N iterations")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="a few-minute smoke run (tiny SFT, 2 iterations)")
+    args = parser.parse_args()
+    if args.quick:
+        args.iterations, args.prompts, args.k, args.pair_tasks, args.eval_n, args.eval_every = 2, 4, 4, 8, 8, 1
+    return args
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    args = parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import yaml
+
+    seconds: dict[str, float] = {}
+    model = sft_model(args, out, seconds)
+    probe = out / "pairs_env.yaml"  # the pair sampler only needs the math entry
+    probe.write_text(yaml.safe_dump(rl_config(args, model, out / "rl", None)))
+    heldout = heldout_pairs(args, model, probe, out, seconds)
+    config = out / "rl.yaml"
+    config.write_text(yaml.safe_dump(rl_config(args, model, out / "rl", heldout)))
+    before = evaluate(model, config, out, "before", args)
+    rows = run_rl(args, config, out, seconds)
+    after = evaluate(out / "rl" / "final", config, out, "after", args)
+    curve = [(r["iteration"], round(r["eval/critic_calibration/accuracy"], 3)) for r in rows if "eval/critic_calibration/accuracy" in r]
+    harvested = int(rows[-1].get("calibration/harvested_tasks", 0))
+    print_table(before, after, curve, harvested)
+    pairs = len(heldout.read_text().splitlines()) if heldout else 0
+    print(json.dumps({"agreement_before": before["critic_calibration"]["accuracy"], "agreement_after": after["critic_calibration"]["accuracy"],
+                      "math_before": before["math"]["accuracy"], "math_after": after["math"]["accuracy"],
+                      "pairs": pairs, "heldout": "on-policy" if heldout else "reference", "n_eval": min(args.eval_n, pairs or args.eval_n),
+                      "harvested_tasks": harvested, "iterations": args.iterations, "agreement_curve": curve,
+                      "seconds": {k: round(v, 1) for k, v in seconds.items()}}))
+
+
+if __name__ == "__main__":
+    main()

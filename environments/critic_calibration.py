@@ -1,0 +1,143 @@
+"""Critic calibration gym: judge a verified-correct and a wrong response to a verifiable prompt; agree with the verifier.
+
+    env = make_environment("critic_calibration", {"sources": [{"name": "math", "config": {"difficulty": 1}}]})
+    task = next(env.tasks("test", seed=0))      # the pairwise judge prompt; task.answer = "A" or "B"
+    env.score(task, "B is right. [[B]]")        # 1.0 when the verdict names the verified-correct response
+
+This is the closed loop of K2's self-critique reward: in an RL mix the policy, acting as critic,
+is rewarded when its pairwise judgement agrees with a verifier, so its judging stays anchored to
+verifiable signal. Where the pairs come from (`rubrics.calibration.CalibrationPair`):
+- on-policy, during RL: the controller turns each finished group of a `sources` environment with
+  mixed rewards into pairs and adds their judge tasks to this environment's train pool;
+- `train_pairs_path` / `heldout_pairs_path`: JSONL pairs sampled from a model beforehand
+  (`k2post critic pairs MODEL ...`: on-policy held-out pairs for tracking agreement);
+- otherwise (a cold start, `k2post eval`, golden tests): the source gym's reference answer vs a
+  perturbed one (`wrong_answer`), each checked by the source's verifier.
+The correct response sits at A or B by a seeded coin; a judge that always says A agrees half the
+time. Accuracy of this environment = the critic's agreement with the verifier.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
+from k2post.envs.mix import EnvEntryConfig
+from k2post.envs.registry import register_environment
+from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, calibration_task
+from rubrics.schema import Rubric, builtin_rubrics
+
+DEFAULT_TASKS = 200
+
+
+class CriticCalibrationConfig(EnvConfig):
+    """Config of the `critic_calibration` gym."""
+
+    sources: list[EnvEntryConfig] = Field(
+        default_factory=lambda: [EnvEntryConfig(name="math", config={"difficulty": 1})],
+        description="Verifiable single-turn gyms whose prompts the pairs come from (their tasks carry a gold answer).",
+    )
+    train_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the train split (else reference pairs).")
+    heldout_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the test split (else reference pairs).")
+    answer_template: str = Field("\\boxed{{{answer}}}", description="Reference pairs: how both answers are written.")
+    rubric_kinds: list[Literal["core", "prescriptive"]] = Field(
+        default_factory=list, description="Shipped rubrics shown besides the correctness rubric (none: the shortest prompt)."
+    )
+    placement_seed: int = Field(0, description="Seed of the coin that puts the correct response at A or B.")
+    success_threshold: float = Field(0.5, description="A source reward at or above this is 'correct'.")
+
+    @model_validator(mode="after")
+    def _single_turn_sources(self) -> "CriticCalibrationConfig":
+        for entry in self.sources:
+            if entry.make().multi_turn:
+                raise ValueError(f"sources: {entry.name!r} is multi-turn; calibration pairs need single-turn verifiable gyms")
+        return self
+
+
+@lru_cache(maxsize=16)
+def load_pairs(path: str) -> tuple[CalibrationPair, ...]:
+    """The pairs of a JSONL file; a bad line is one error naming file:line and the field."""
+    pairs = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                pairs.append(CalibrationPair.model_validate_json(line))
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "<line>"
+                raise ValueError(f"{path}:{number}: {where}: {first['msg']}") from None
+    return tuple(pairs)
+
+
+def write_pairs(path: str | Path, pairs: list[CalibrationPair]) -> None:
+    """Pairs as JSONL, written to a temp file and renamed."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text("".join(pair.model_dump_json() + "\n" for pair in pairs), encoding="utf-8")
+    tmp.replace(target)
+
+
+@register_environment
+class CriticCalibrationEnv(Environment):
+    """Pairwise judging of verifier-labelled response pairs; reward = agreement with the verifier."""
+
+    name = "critic_calibration"
+    task_type = "critic"
+    reward_range = (0.0, 1.0)
+    config_cls = CriticCalibrationConfig
+    config: CriticCalibrationConfig
+
+    @cached_property
+    def rubrics(self) -> list[Rubric]:
+        return builtin_rubrics(self.config.rubric_kinds) + [CORRECTNESS_RUBRIC]
+
+    @cached_property
+    def source_envs(self) -> dict[str, Environment]:
+        return {entry.name: entry.make() for entry in self.config.sources}
+
+    def task_for(self, pair: CalibrationPair) -> Task:
+        """The judge task of a pair under this env's rubrics and placement seed."""
+        return calibration_task(pair, self.rubrics, self.config.placement_seed, self.name)
+
+    def reference_pairs(self, split: Split, seed: int, n: int) -> Iterator[CalibrationPair]:
+        """Gold answer vs a perturbed one per source task, both checked by the source's verifier."""
+        from k2post.synth.gym_tasks import wrong_answer
+
+        streams = [(name, env.tasks(split, seed=seed, n=n)) for name, env in self.source_envs.items()]
+        rng = random.Random(f"calibration:{split}:{seed}")
+        for tasks in zip(*(stream for _, stream in streams)):
+            for (name, _), task in zip(streams, tasks):
+                if task.answer is None:
+                    continue
+                gold = str(task.answer)
+                correct = self.config.answer_template.format(answer=gold)
+                wrong = self.config.answer_template.format(answer=wrong_answer(gold, rng))
+                env, thr = self.source_envs[name], self.config.success_threshold
+                rc, rw = env.score(task, correct).value, env.score(task, wrong).value
+                if rc >= thr > rw:
+                    yield CalibrationPair(source_env=name, source_task_id=task.id, prompt=list(task.messages), correct=correct,
+                                          wrong=wrong, correct_reward=rc, wrong_reward=rw)
+
+    def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
+        """The split's pairs file when configured, else reference pairs from the sources' split."""
+        path = self.config.heldout_pairs_path if split == "test" else self.config.train_pairs_path
+        limit = DEFAULT_TASKS if n is None else max(n, 0)
+        pairs = iter(load_pairs(path)) if path else self.reference_pairs(split, seed, limit)
+        for count, pair in enumerate(pairs):
+            if count >= limit:
+                return
+            yield self.task_for(pair)
+
+    def score(self, task: Task, response: str) -> Reward:
+        """1.0 when the verdict names the verified-correct position (task.answer), else 0."""
+        if task.answer not in ("A", "B"):
+            return Reward(value=0.0, breakdown={"agree": 0.0, "parsed": 0.0}, error=f"task {task.id!r} has no gold position A/B")
+        return agreement(task, response)
+

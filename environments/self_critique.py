@@ -1,0 +1,121 @@
+"""Self-critique rubric reward (K2) for prompts without a verifiable answer: the policy judges its own samples.
+
+    env = make_environment("self_critique", {"critic": {"aggregation": "bradley_terry"}})
+    task = next(env.tasks("train", seed=0))
+    rewards, metrics = env.score_groups([(task, k_responses)], policy_client)   # the RL path
+    env.score(task, "Great question! ...")     # the judge-free part: prescriptive detectors only
+
+Tasks are open-ended chat prompts (JSONL `{id, prompt, rubrics}`; shipped:
+environments/data/chat_prompts.jsonl), each with optional task-specific rubrics that travel in
+`Task.metadata["rubrics"]`. The reward of a group is the `rubrics.Critic` score: pairwise
+comparisons of the K responses under the core, prescriptive and task rubrics, judged in both
+orders, aggregated by win rate or Bradley-Terry, minus the prescriptive detectors' penalty.
+The judge is the policy's own engine (`judge: policy`, handed in by the rollout actor) or any
+OpenAI-compatible endpoint (`judge: http`). `score` alone cannot compare anything: it returns
+1 minus the prescriptive penalty (the deterministic half of the critic), which is what
+`k2post eval` and golden tests see. Every 5th prompt (by file order) is held out as test.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from k2post.chat.types import Message
+from k2post.envs.base import EnvConfig, GroupScoredEnvironment, Reward, Split, Task
+from k2post.envs.registry import register_environment
+from k2post.llm.http_client import HTTPClientConfig
+from rubrics.critic import Critic, CriticConfig
+from rubrics.detectors import prescriptive_penalty
+from rubrics.schema import task_rubrics
+
+BUILTIN_PROMPTS = Path(__file__).resolve().parent / "data" / "chat_prompts.jsonl"
+
+
+class SelfCritiqueConfig(EnvConfig):
+    """Config of the `self_critique` environment."""
+
+    prompts_path: str | None = Field(None, description="JSONL of {id, prompt, rubrics: [text, ...]}; default: the shipped set.")
+    test_every: int = Field(5, ge=2, description="Every test_every-th prompt (file order) is held out as test.")
+    judge: Literal["policy", "http"] = Field(
+        "policy", description="Who judges: the policy's own engine (K2's actor = critic) or an OpenAI-compatible endpoint."
+    )
+    http: HTTPClientConfig | None = Field(None, description="judge: http: the endpoint (e.g. a `k2post serve`).")
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="Pairing, both-order judging, aggregation, detectors.")
+
+    @model_validator(mode="after")
+    def _http_needs_endpoint(self) -> "SelfCritiqueConfig":
+        if self.judge == "http" and self.http is None:
+            raise ValueError("judge: http needs an `http:` section with base_url (e.g. a `k2post serve` endpoint)")
+        return self
+
+
+@lru_cache(maxsize=8)
+def load_prompts(path: str) -> tuple[dict[str, Any], ...]:
+    """The prompts of a JSONL file; a bad line is one error naming file:line."""
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            rows.append({"id": str(row["id"]), "prompt": str(row["prompt"]), "rubrics": list(row.get("rubrics") or [])})
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}:{number}: expected {{id, prompt, rubrics}}: {type(err).__name__}: {err}") from None
+    return tuple(rows)
+
+
+@register_environment
+class SelfCritiqueEnv(GroupScoredEnvironment):
+    """Open-ended prompts rewarded by the self-critique rubric critic."""
+
+    name = "self_critique"
+    task_type = "chat"
+    reward_range = (0.0, 1.0)
+    config_cls = SelfCritiqueConfig
+    config: SelfCritiqueConfig
+
+    def _task(self, row: dict[str, Any]) -> Task:
+        return Task(id=f"chat-{row['id']}", env=self.name, task_type=self.task_type,
+                    messages=[Message(role="user", content=row["prompt"])], metadata={"rubrics": row["rubrics"]})
+
+    def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
+        """Test: every test_every-th prompt in file order; train: the others, shuffled by seed."""
+        rows = load_prompts(self.config.prompts_path or str(BUILTIN_PROMPTS))
+        chosen = [row for index, row in enumerate(rows) if (index % self.config.test_every == 0) == (split == "test")]
+        if split == "train":
+            random.Random(f"self_critique:{seed}").shuffle(chosen)
+        for row in chosen[: len(chosen) if n is None else max(n, 0)]:
+            yield self._task(row)
+
+    def score(self, task: Task, response: str) -> Reward:
+        """The judge-free part of the critic: 1 minus the prescriptive detectors' penalty."""
+        text = response if isinstance(response, str) else ("" if response is None else str(response))
+        penalty, hits = prescriptive_penalty(text, self.config.critic.prescriptive)
+        value = max(0.0, 1.0 - penalty)
+        return Reward(value=value, breakdown={"prescriptive": value}, info={"detector_hits": hits})
+
+    def judge_client(self, policy_client: Any) -> Any:
+        """The policy's client, or an HTTP client for `judge: http`."""
+        if self.config.judge == "policy":
+            if policy_client is None:
+                raise ValueError("self_critique: judge 'policy' needs the policy's client (the RL rollout actor passes it)")
+            return policy_client
+        from k2post.llm.http_client import HTTPLLMClient
+
+        return HTTPLLMClient(self.config.http)
+
+    def score_groups(self, items: list[tuple[Task, list[str]]], policy_client: Any) -> tuple[list[list[Reward]], dict[str, float]]:
+        """Critic scores of every group (all judge prompts in one batch when the client batches)."""
+        critic = Critic(self.judge_client(policy_client), self.config.critic)
+        results = critic.score_batch([(task.messages, list(responses), task_rubrics(task)) for task, responses in items])
+        rewards = [[Reward(value=score, breakdown={"pairwise": pair, "penalty": penalty}, info={"detector_hits": hits})
+                    for score, pair, penalty, hits in zip(r.scores, r.pairwise, r.penalties, r.detector_hits)]
+                   for r in results]
+        return rewards, Critic.metrics(results)

@@ -1,0 +1,116 @@
+"""The self-critique critic inside the RL loop: group-scored environments and the calibration closed loop.
+
+    pending = PendingGroups(k=8)
+    complete = pending.add(finished_episodes_of_group_scored_envs)      # group id -> its K episodes
+    rewards, metrics, dead = score_on_actors(complete, actors, replica_of)  # judged where the policy's engine is
+    new_tasks = harvester.harvest(group_samples, source_task)           # verifier-labelled pairs -> judge tasks
+
+- A group-scored environment (`GroupScoredEnvironment`, e.g. `self_critique`) rewards the K responses
+  to a prompt together, so its finished episodes wait in `PendingGroups` until the group is complete,
+  then the rollout actor that ran them scores the group with its own engine as the judge
+  (`RolloutWorker.score_groups`). Metrics of all calls are merged (`critic/*`).
+- `CalibrationHarvester` turns every completed group of a `critic_calibration` source environment with
+  mixed rewards into (correct, wrong) pairs and those into judge tasks for the calibration
+  environment's train pool: on-policy pairs, labelled by the verifier (the closed loop).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from k2post.envs.base import Environment, Reward, Task
+
+log = logging.getLogger(__name__)
+SUMMED = ("critic/calls", "critic/prompt_tokens", "critic/completion_tokens", "critic/tokens")
+
+
+def group_of(episode_id: str) -> tuple[str, int]:
+    """(group id, index in the group) of an RL episode id `<group>/<k>`."""
+    group_id, index = episode_id.rsplit("/", 1)
+    return group_id, int(index)
+
+
+def final_text(episode: Any) -> str:
+    """The last assistant message of a single-turn episode ('' when it wrote none)."""
+    last = episode.messages[-1]
+    return (last.content or "") if last.role == "assistant" else ""
+
+
+def merge_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Counts (calls, tokens) summed, rates and means averaged over the parts."""
+    keys = sorted({key for part in parts for key in part})
+    merged = {}
+    for key in keys:
+        values = [part[key] for part in parts if key in part]
+        merged[key] = sum(values) if key in SUMMED else sum(values) / len(values)
+    return merged
+
+
+class PendingGroups:
+    """Finished episodes of group-scored environments, held until their group of K is complete (pickled
+    with the controller state, so a resumed run keeps them)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.episodes: dict[str, dict[int, Any]] = {}
+
+    def add(self, episodes: Sequence[Any]) -> dict[str, list[Any]]:
+        """File episodes; return (and forget) the groups that are now complete, episodes in index order."""
+        for episode in episodes:
+            group_id, index = group_of(episode.id)
+            self.episodes.setdefault(group_id, {})[index] = episode
+        complete = {g: [eps[i] for i in range(self.k)] for g, eps in self.episodes.items() if len(eps) == self.k}
+        for group_id in complete:
+            del self.episodes[group_id]
+        return complete
+
+    def drop(self, group_ids: Sequence[str]) -> None:
+        """Forget groups lost with a dead rollout actor."""
+        for group_id in group_ids:
+            self.episodes.pop(group_id, None)
+
+
+def score_on_actors(complete: dict[str, list[Any]], actors: Sequence[Any], replica_of: Callable[[str], int]
+                    ) -> tuple[dict[str, list[Reward]], dict[str, float], set[int]]:
+    """Score complete groups on the actors that ran them: (rewards by group id, merged metrics, dead replicas)."""
+    import ray
+
+    calls: dict[tuple[int, str], list[str]] = {}
+    for group_id, episodes in complete.items():
+        calls.setdefault((replica_of(group_id), episodes[0].env_name), []).append(group_id)
+    refs = {key: actors[key[0]].score_groups.remote(key[1], [(complete[g][0].task, [final_text(e) for e in complete[g]])
+                                                            for g in groups]) for key, groups in calls.items()}
+    rewards, metrics, dead = {}, [], set()
+    for (replica, env_name), ref in refs.items():
+        try:
+            group_rewards, group_metrics = ray.get(ref)
+        except ray.exceptions.RayActorError as err:
+            log.warning("rollout replica %d died while judging %s groups (%s)", replica, env_name, type(err).__name__)
+            dead.add(replica)
+            continue
+        rewards.update(zip(calls[(replica, env_name)], group_rewards))
+        metrics.append(group_metrics)
+    return rewards, merge_metrics(metrics), dead
+
+
+class CalibrationHarvester:
+    """On-policy (correct, wrong) pairs from the calibration env's sources -> judge tasks for its train pool."""
+
+    def __init__(self, env_name: str, env: Environment, threshold: float, pairs_per_group: int, max_tasks: int, seed: int) -> None:
+        self.env_name, self.env = env_name, env
+        self.sources = {entry.name for entry in env.config.sources}
+        self.threshold, self.pairs_per_group, self.max_tasks, self.seed = threshold, pairs_per_group, max_tasks, seed
+        self.added = 0
+
+    def harvest(self, env_name: str, task: Task, texts: Sequence[str], rewards: Sequence[float]) -> list[Task]:
+        """Judge tasks from one completed group of a source environment (none once `max_tasks` were added)."""
+        from rubrics.calibration import pairs_from_group
+
+        if env_name not in self.sources or self.added >= self.max_tasks:
+            return []
+        pairs = pairs_from_group(env_name, task, texts, rewards, self.threshold, self.pairs_per_group, self.seed)
+        tasks = [self.env.task_for(pair) for pair in pairs][: self.max_tasks - self.added]
+        self.added += len(tasks)
+        return tasks

@@ -1,0 +1,88 @@
+"""The critic's closed loop: verifiable prompts give (correct, wrong) response pairs the critic must rank.
+
+    pairs = pairs_from_group("math", task, responses, rewards, threshold=0.5, max_pairs=2, seed=0)
+    judge_task = calibration_task(pairs[0], rubrics=[CORRECTNESS_RUBRIC], seed=0)   # a Task for the policy
+    reward = agreement(judge_task, "...[[B]]")                                        # 1.0 if it picks the verified one
+
+A `CalibrationPair` is one verifiable prompt with two responses the verifier scored apart: one at
+or above the success threshold, one below. Pairs come from on-policy samples (a rollout group with
+mixed rewards: `pairs_from_group`; the RL controller harvests them every iteration) or from a
+model sampled offline (`k2post critic pairs`, for held-out pairs). `calibration_task` turns a pair
+into the pairwise judge prompt of `rubrics.prompts.judge_messages`, with the correct response at
+A or B by a seeded coin (so a judge that always says A agrees half the time), and the gold
+position in `Task.answer`. The `critic_calibration` environment serves these tasks and rewards a
+verdict that agrees with the verifier (`agreement`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from k2post.chat.types import Message
+from k2post.envs.base import Reward, Task
+from rubrics.prompts import judge_messages
+from rubrics.schema import Rubric
+from rubrics.verdict import parse_verdict
+
+CORRECTNESS_RUBRIC = Rubric(
+    name="verified_correctness", kind="task", title="Correct final answer",
+    text="The question has one correct final answer. The response whose final answer is correct is better, "
+         "whatever its style or length; a wrong final answer loses.",
+)
+
+
+class CalibrationPair(BaseModel):
+    """A verifiable prompt and two of its responses the verifier told apart."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source_env: str = Field(description="The verifiable environment that scored the responses.")
+    source_task_id: str = Field(description="Its task id.")
+    prompt: list[Message] = Field(description="The verifiable task's prompt messages.")
+    correct: str = Field(description="A response at or above the success threshold.")
+    wrong: str = Field(description="A response below it.")
+    correct_reward: float = Field(1.0, description="The verifier's reward of `correct`.")
+    wrong_reward: float = Field(0.0, description="The verifier's reward of `wrong`.")
+
+    @property
+    def key(self) -> str:
+        """A stable id of the pair (source task + both texts)."""
+        digest = hashlib.sha1(f"{self.source_env}\0{self.source_task_id}\0{self.correct}\0{self.wrong}".encode()).hexdigest()
+        return f"{self.source_env}-{self.source_task_id}-{digest[:10]}"
+
+
+def pairs_from_group(source_env: str, task: Task, responses: Sequence[str], rewards: Sequence[float], threshold: float,
+                     max_pairs: int, seed: int) -> list[CalibrationPair]:
+    """Up to `max_pairs` (correct, wrong) pairs of distinct texts from one prompt's K scored responses."""
+    correct = list(dict.fromkeys((r, v) for r, v in zip(responses, rewards) if v >= threshold and r.strip()))
+    wrong = list(dict.fromkeys((r, v) for r, v in zip(responses, rewards) if v < threshold and r.strip()))
+    combos = [(c, w) for c in correct for w in wrong if c[0] != w[0]]
+    random.Random(f"{seed}:{task.id}").shuffle(combos)
+    return [CalibrationPair(source_env=source_env, source_task_id=task.id, prompt=list(task.messages), correct=c[0], wrong=w[0],
+                            correct_reward=c[1], wrong_reward=w[1]) for c, w in combos[:max_pairs]]
+
+
+def correct_position(pair: CalibrationPair, seed: int) -> str:
+    """'A' or 'B': where the correct response goes (a seeded coin per pair)."""
+    return "A" if random.Random(f"{seed}:{pair.key}").random() < 0.5 else "B"
+
+
+def calibration_task(pair: CalibrationPair, rubrics: Sequence[Rubric], seed: int, env_name: str = "critic_calibration") -> Task:
+    """The judge prompt of a pair as a Task; `answer` is the position of the verified-correct response."""
+    gold = correct_position(pair, seed)
+    first, second = (pair.correct, pair.wrong) if gold == "A" else (pair.wrong, pair.correct)
+    return Task(id=f"cal-{pair.key}", env=env_name, task_type="critic", messages=judge_messages(pair.prompt, first, second, rubrics),
+                answer=gold, metadata={"source_env": pair.source_env, "source_task_id": pair.source_task_id})
+
+
+def agreement(task: Task, response: Any) -> Reward:
+    """1.0 when the verdict names the verified-correct position; 0 for the other, a tie or no verdict."""
+    verdict = parse_verdict(response if isinstance(response, str) else "")
+    agree = float(verdict.winner is not None and verdict.winner == task.answer)
+    return Reward(value=agree, breakdown={"agree": agree, "parsed": float(verdict.parsed)},
+                  info={"verdict": verdict.winner or ("tie" if verdict.parsed else "unparseable"), "gold": task.answer})

@@ -1,0 +1,81 @@
+"""self_critique gym: prompts and splits, the judge-free score, group scoring through the critic with scripted judges."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from k2post.config.loader import ConfigError, validate_config
+from k2post.envs.mix import EnvEntryConfig
+from k2post.envs.registry import make_environment
+
+
+class LongerWins:
+    """Scripted judge: the longer response (read between the prompt's delimiters) wins."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def chat(self, messages, **kw):
+        text = messages[-1].content
+        a = re.search(r"<response_a>\n(.*?)\n</response_a>", text, re.S).group(1)
+        b = re.search(r"<response_b>\n(.*?)\n</response_b>", text, re.S).group(1)
+        return "[[A]]" if len(a) > len(b) else "[[B]]" if len(b) > len(a) else "[[TIE]]"
+
+    def chat_batch(self, dialogues, **kw):
+        self.batches += 1
+        return [self.chat(messages) for messages in dialogues]
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_environment("self_critique", {})
+
+
+def test_splits_are_disjoint_and_rubrics_travel_with_tasks(env):
+    test, train = list(env.tasks("test")), list(env.tasks("train", seed=1))
+    assert len(test) == 10 and len(train) == 40 and not {t.id for t in test} & {t.id for t in train}
+    assert [t.id for t in train] == [t.id for t in env.tasks("train", seed=1)] != [t.id for t in env.tasks("train", seed=2)]
+    plants = next(t for t in test + train if t.id == "chat-plants")
+    assert plants.metadata["rubrics"] and plants.task_type == "chat"
+
+
+@pytest.mark.parametrize("response,value", [
+    ("Water less often: check the soil first.", 1.0),
+    ("Great question! Water less often.", 0.5),
+    ("Great question! Water less. This response is clear and concise.", 0.0),
+    ("", 1.0),
+])
+def test_judge_free_score_is_the_prescriptive_part(env, response, value):
+    assert env.score(next(env.tasks("test")), response).value == value
+
+
+def test_group_scores_follow_the_judge_and_the_detectors(env):
+    tasks = list(env.tasks("test", n=2))
+    groups = [(tasks[0], ["short", "a much longer answer here", "medium answer"]),
+              (tasks[1], ["Great question! This is the longest reply by far, really", "ok", "fine then"])]
+    judge = LongerWins()
+    rewards, metrics = env.score_groups(groups, judge)
+    first = [r.value for r in rewards[0]]
+    assert first[1] > first[2] > first[0] and judge.batches == 1
+    second = rewards[1]
+    assert second[0].breakdown["pairwise"] == 1.0 and second[0].breakdown["penalty"] == 0.5 and second[0].value == 0.5
+    assert metrics["critic/calls"] == 12 and metrics["critic/unparseable_rate"] == 0.0
+
+
+def test_policy_judge_needs_the_policy_client(env):
+    with pytest.raises(ValueError, match="needs the policy's client"):
+        env.score_groups([(next(env.tasks("test")), ["a", "b"])], None)
+
+
+def test_http_judge_needs_an_endpoint():
+    with pytest.raises(ConfigError, match="judge: http needs an `http:` section"):
+        validate_config(EnvEntryConfig, {"name": "self_critique", "config": {"judge": "http"}}, "rl.yaml")
+
+
+def test_bad_prompts_file_names_the_line(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"id": "a", "prompt": "hi"}\n{"id": "b"}\n')
+    with pytest.raises(ValueError, match=r"prompts.jsonl:2: expected"):
+        list(make_environment("self_critique", {"prompts_path": str(path)}).tasks("train"))

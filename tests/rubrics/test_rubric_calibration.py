@@ -1,0 +1,63 @@
+"""The critic's closed loop, pure parts: pairs from scored groups, judge tasks with a seeded A/B coin, agreement."""
+
+from __future__ import annotations
+
+import pytest
+
+from k2post.chat.types import Message
+from k2post.envs.base import Task
+from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, calibration_task, correct_position, pairs_from_group
+
+TASK = Task(id="math-train-7", env="math", task_type="math", messages=[Message(role="user", content="What is 2 + 3?")], answer="5")
+
+
+@pytest.mark.parametrize("texts,rewards,max_pairs,expected", [
+    (["5", "6", "5", "7"], [1, 0, 1, 0], 10, {("5", "6"), ("5", "7")}),          # duplicate correct text counted once
+    (["5", "6", "7"], [1, 0, 0], 1, 1),                                            # capped
+    (["5", "5"], [1, 1], 4, set()),                                                # all correct: nothing to tell apart
+    (["6", "7"], [0, 0], 4, set()),                                                # all wrong
+    (["5", "  ", "6"], [1, 0, 0], 4, {("5", "6")}),                                # blank responses skipped
+    (["x", "x"], [1, 0], 4, set()),                                                # same text both ways: no pair
+])
+def test_pairs_from_group(texts, rewards, max_pairs, expected):
+    pairs = pairs_from_group("math", TASK, texts, rewards, 0.5, max_pairs, seed=0)
+    got = {(p.correct, p.wrong) for p in pairs}
+    assert (len(got) == expected) if isinstance(expected, int) else (got == expected)
+    assert all(p.source_env == "math" and p.source_task_id == TASK.id and p.prompt == TASK.messages for p in pairs)
+    assert all(p.correct_reward >= 0.5 > p.wrong_reward for p in pairs)
+
+
+def _pair(i: int) -> CalibrationPair:
+    return CalibrationPair(source_env="math", source_task_id=f"t{i}", prompt=TASK.messages, correct=f"\\boxed{{{i}}}", wrong=f"\\boxed{{{i + 1}}}")
+
+
+def test_coin_is_seeded_and_fair():
+    positions = [correct_position(_pair(i), seed=3) for i in range(400)]
+    assert positions == [correct_position(_pair(i), seed=3) for i in range(400)]
+    assert 0.42 < positions.count("A") / 400 < 0.58
+    assert positions != [correct_position(_pair(i), seed=4) for i in range(400)]
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_calibration_task_puts_the_correct_response_at_its_gold_position(i):
+    pair = _pair(i)
+    task = calibration_task(pair, [CORRECTNESS_RUBRIC], seed=0)
+    text = task.messages[-1].content
+    a = text.split("<response_a>")[1].split("</response_a>")[0]
+    b = text.split("<response_b>")[1].split("</response_b>")[0]
+    assert (pair.correct in (a if task.answer == "A" else b)) and (pair.wrong in (b if task.answer == "A" else a))
+    assert task.id == f"cal-{pair.key}" and task.metadata["source_task_id"] == f"t{i}" and "Correct final answer" in text
+
+
+@pytest.mark.parametrize("gold,reply,value,parsed", [
+    ("A", "A is right. [[A]]", 1.0, 1.0), ("A", "[[B]]", 0.0, 1.0), ("B", '{"winner": "B"}', 1.0, 1.0),
+    ("A", "[[TIE]]", 0.0, 1.0), ("A", "no idea", 0.0, 0.0), ("B", None, 0.0, 0.0), ("B", "", 0.0, 0.0),
+])
+def test_agreement(gold, reply, value, parsed):
+    reward = agreement(TASK.model_copy(update={"answer": gold}), reply)
+    assert reward.value == value and reward.breakdown == {"agree": value, "parsed": parsed}
+
+
+def test_pair_key_is_stable_and_content_addressed():
+    assert _pair(1).key == _pair(1).key != _pair(2).key
+    assert CalibrationPair.model_validate_json(_pair(1).model_dump_json()) == _pair(1)

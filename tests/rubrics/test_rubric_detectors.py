@@ -1,0 +1,218 @@
+"""Prescriptive detectors: tables of openings that are / are not praise, and of self-justification."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from rubrics.detectors import (
+    DETECTORS,
+    PrescriptiveConfig,
+    initial_praise,
+    normalize,
+    prescriptive_penalty,
+    self_justification,
+)
+
+PRAISE = [
+    "Great question! The capital of France is Paris.",
+    "What a fascinating question. Octopuses have three hearts.",
+    "Excellent question. Let's start with the definitions.",
+    "Good question — the short answer is no.",
+    "Good question - the short answer is no.",
+    "I love this question! It touches on thermodynamics.",
+    "That's a great point, and it changes the estimate.",
+    "That\u2019s a really insightful question about Rust lifetimes.",
+    "Thanks for the great question! Here is how it works.",
+    "Thank you for such a thoughtful question. In short: yes.",
+    "Wow, what an interesting question!",
+    "Hi! Great question. The answer is 42.",
+    "Sure, great question: you need a mutex here.",
+    "**Great question!** Here's the breakdown.",
+    "Oh, such a good question. Let me explain.",
+    "Interesting question, and a common confusion.",
+    "You've asked a brilliant question.",
+    "You raise an excellent point about caching.",
+    "Great question about closures! They capture variables by reference.",
+    "Excellent point. The bug is in the loop bound.",
+    "Good catch! The index is off by one.",
+    "It's a great question, and historians still argue about it.",
+    "Absolutely fantastic question!",
+    "GREAT QUESTION!!! The answer is yes.",
+    "First of all, great question. Second, the answer is no.",
+    "Love this question. Let's dig in.",
+    "What a great question",
+    "Great questions! Let me take them one at a time.",
+]
+
+NOT_PRAISE = [
+    "Great Britain is an island in the North Atlantic.",
+    "Great news: the build passed on all platforms.",
+    "A good question to ask yourself is whether you need a database at all.",
+    "The capital of France is Paris. Great question, by the way!",
+    "Interesting question design is covered in chapter 3.",
+    "Great care must be taken when handling sodium.",
+    "Good point estimates require an unbiased sample.",
+    "Excellent question-answering systems use retrieval.",
+    "Great! Here's the code you asked for.",
+    "Excellent, let's proceed with the migration.",
+    "Good morning! The meeting is at 10.",
+    "Thanks for the question. The answer is 12.",
+    "Like the question says, x must be positive.",
+    "It's a good question whether the law applies here; courts disagree.",
+    "An important question in ecology is how species coexist.",
+    "The question is interesting because it has no closed form.",
+    "Such a question cannot be answered without more data.",
+    "There are good points on both sides of this debate.",
+    "",
+    "   ",
+    "Paris." + " Great question!" * 3,
+    "x" * 150 + " Great question!",
+    "Good questions to ask an interviewer include salary and growth.",
+    "Great Question Marks is the name of the band.",
+    "Nice to meet you too! The weather is sunny.",
+    "What a mess: your build script deletes the output folder.",
+]
+
+JUSTIFY = [
+    "Paris is the capital. This response is clear and concise.",
+    "I have provided a comprehensive answer covering every case.",
+    "This answer is accurate because it relies on the official census.",
+    "My response covers all aspects of your question.",
+    "The above explanation is well-structured and easy to follow.",
+    "The above explanation is well structured.",
+    "In summary, this response provides a thorough overview of the topic.",
+    "I've given you a clear and concise explanation of recursion.",
+    "I ensured that the answer is accurate and up to date.",
+    "I made this explanation as clear as possible.",
+    "Overall, this is a clear, accurate and complete answer.",
+    "This reply is objective and balanced.",
+    "I have thoroughly explained each step above.",
+    "My answer is comprehensive and addresses your needs.",
+    "This explanation is designed to be easy to understand.",
+    "THIS RESPONSE IS HIGHLY INFORMATIVE.",
+    "Step 1: boil water. Step 2: add pasta. This answer addresses every step you need.",
+    "This response is both accurate and helpful.",
+    "The preceding answer was thorough.",
+]
+
+NOT_JUSTIFY = [
+    "This function is efficient because it caches results.",
+    "The code is clear and concise.",
+    "Your answer is correct.",
+    "I hope this answer is helpful!",
+    "I hope this helps.",
+    "Let me know if this explanation is unclear.",
+    "Let me know if this explanation is clear enough.",
+    "This answer is not complete without the edge cases; here they are.",
+    "A comprehensive answer requires data we don't have.",
+    "The correct answer is B.",
+    "My answer: 42.",
+    "I have provided the requested code below.",
+    "Clear and concise writing is a skill worth practicing.",
+    "This approach is accurate to within 1%.",
+    "The explanation in the textbook is clear.",
+    "This response header is valid JSON.",
+    "The API returns a response that is well-structured JSON.",
+    "Is this answer complete? Not quite: we still need the base case.",
+    "My answer is 42, which is what the formula gives.",
+    "I have written a comprehensive test suite for the parser.",
+    "",
+    "This guide assumes Python 3.11.",
+]
+
+
+def test_tables_are_big_enough():
+    assert len(PRAISE) >= 15 and len(NOT_PRAISE) >= 15
+    assert len(JUSTIFY) >= 15 and len(NOT_JUSTIFY) >= 15
+
+
+@pytest.mark.parametrize("text", PRAISE)
+def test_initial_praise_detected(text):
+    assert initial_praise(text) is not None
+
+
+@pytest.mark.parametrize("text", NOT_PRAISE)
+def test_initial_praise_not_detected(text):
+    assert initial_praise(text) is None
+
+
+@pytest.mark.parametrize("text", JUSTIFY)
+def test_self_justification_detected(text):
+    assert self_justification(text) is not None
+
+
+@pytest.mark.parametrize("text", NOT_JUSTIFY)
+def test_self_justification_not_detected(text):
+    assert self_justification(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        ("Great question! Paris.", "great question"),
+        ("Hi there! What a fascinating question. Yes.", "what a fascinating question"),
+        ("Thanks for the great question.", "thanks for the great question"),
+    ],
+)
+def test_initial_praise_returns_the_phrase(text, phrase):
+    assert initial_praise(text) == phrase
+
+
+def test_self_justification_returns_the_phrase():
+    assert self_justification("Done. This response is clear.") == "this response is clear"
+
+
+@pytest.mark.parametrize(
+    ("raw", "norm"),
+    [
+        ("  Great\n\n question!\t", "great question!"),
+        ("\u201cQuoted\u201d and \u2018single\u2019", "\"quoted\" and 'single'"),
+        ("## **Title**", "title**"),
+        ("", ""),
+    ],
+)
+def test_normalize(raw, norm):
+    assert normalize(raw) == norm
+
+
+def test_huge_text_is_cheap():
+    text = "Great question! " + "word " * 200_000 + "This response is clear."
+    assert initial_praise(text) == "great question"
+    assert self_justification(text) == "this response is clear"
+
+
+@pytest.mark.parametrize(
+    ("text", "cfg", "total", "names"),
+    [
+        ("Paris.", {}, 0.0, set()),
+        ("Great question! Paris.", {}, 0.5, {"initial_praise"}),
+        ("Paris. This answer is accurate.", {}, 0.5, {"self_justification"}),
+        ("Great question! Paris. This answer is accurate.", {}, 1.0, {"initial_praise", "self_justification"}),
+        ("Great question! Paris.", {"initial_praise": False}, 0.0, set()),
+        ("Great question! Paris.", {"initial_praise_penalty": 0.2}, 0.2, {"initial_praise"}),
+        (
+            "Great question! This answer is accurate.",
+            {"self_justification": False, "initial_praise_penalty": 0.3},
+            0.3,
+            {"initial_praise"},
+        ),
+    ],
+)
+def test_prescriptive_penalty(text, cfg, total, names):
+    penalty, hits = prescriptive_penalty(text, PrescriptiveConfig(**cfg))
+    assert penalty == pytest.approx(total)
+    assert set(hits) == names
+    assert all(isinstance(phrase, str) and phrase for phrase in hits.values())
+
+
+@pytest.mark.parametrize("bad", [{"initial_praise_penalty": -0.1}, {"self_justification_penalty": 1.5}, {"typo": 1}])
+def test_config_rejects_bad_values(bad):
+    with pytest.raises(ValidationError):
+        PrescriptiveConfig(**bad)
+
+
+def test_every_detector_has_config_fields():
+    fields = PrescriptiveConfig.model_fields
+    for name in DETECTORS:
+        assert name in fields and f"{name}_penalty" in fields
