@@ -23,7 +23,7 @@ def sampled_groups(cfg: Any) -> list[tuple[str, Any, list[str], list[float]]]:
     """(env name, task, K answers, K rewards) per task: `cfg` is an EvalConfig with samples_per_task = K."""
     from k2post.envs.workers import RewardPool
     from k2post.evaluation.heldout import draw_tasks, eval_work, run_episodes, score_items
-    from k2post.rl.critic_loop import final_text
+    from k2post.evaluation.heldout import final_text
 
     envs = {entry.name: entry.make() for entry in cfg.envs}
     tasks = {name: draw_tasks(env, cfg.split, cfg.n, cfg.seed) for name, env in envs.items()}

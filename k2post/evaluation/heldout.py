@@ -46,6 +46,12 @@ def eval_work(tasks: Mapping[str, Sequence[Task]], budget: BudgetConfig, tempera
     return work
 
 
+def final_text(episode: Any) -> str:
+    """The last assistant message of a single-turn episode ('' when it wrote none)."""
+    last = episode.messages[-1]
+    return (last.content or "") if last.role == "assistant" else ""
+
+
 def score_items(episodes: Sequence[Any], envs: Mapping[str, Environment], configs: Mapping[str, dict[str, Any]]) -> list[Any]:
     """One `ScoreItem` per finished episode: multi-turn ones replay their turns, single-turn ones score the last reply."""
     from k2post.envs.workers import ScoreItem
@@ -56,8 +62,7 @@ def score_items(episodes: Sequence[Any], envs: Mapping[str, Environment], config
         if envs[episode.env_name].multi_turn:
             items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, turns=list(episode.env_turns)))
         else:
-            final = episode.messages[-1].content if episode.messages[-1].role == "assistant" else ""
-            items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, response=final or ""))
+            items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, response=final_text(episode)))
     return items
 
 

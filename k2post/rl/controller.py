@@ -31,9 +31,9 @@ from typing import Any
 
 from k2post.config.loader import dump_yaml
 from k2post.envs.base import Task
-from k2post.evaluation.heldout import draw_tasks, eval_work, mean_accuracy, score_items, summarize
+from k2post.evaluation.heldout import draw_tasks, eval_work, final_text, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
-from k2post.rl.critic_loop import CalibrationHarvester, PendingGroups, final_text, score_on_actors
+from k2post.rl.critic_loop import CalibrationHarvester, PendingGroups, group_of, score_on_actors
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
 from k2post.rl.sampling import PromptSampler
@@ -348,8 +348,8 @@ class RLRun:
 
     @staticmethod
     def _sample(episode: Any, reward: Any) -> rb.Sample:
-        group_id, index = episode.id.rsplit("/", 1)
-        return rb.Sample(group_id, int(index), episode.env_name, episode.task.task_type, episode.task.id,
+        group_id, index = group_of(episode.id)
+        return rb.Sample(group_id, index, episode.env_name, episode.task.task_type, episode.task.id,
                          list(episode.token_ids), list(episode.loss_mask), float(reward.value), episode.truncated,
                          str(episode.finish_reason), [v for v in episode.versions if v >= 0], reward.error,
                          sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m), final_text(episode))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from k2post.envs.base import Environment, Reward, Task
+from k2post.evaluation.heldout import final_text
 
 log = logging.getLogger(__name__)
 SUMMED = ("critic/calls", "critic/prompt_tokens", "critic/completion_tokens", "critic/tokens")
@@ -30,12 +31,6 @@ def group_of(episode_id: str) -> tuple[str, int]:
     """(group id, index in the group) of an RL episode id `<group>/<k>`."""
     group_id, index = episode_id.rsplit("/", 1)
     return group_id, int(index)
-
-
-def final_text(episode: Any) -> str:
-    """The last assistant message of a single-turn episode ('' when it wrote none)."""
-    last = episode.messages[-1]
-    return (last.content or "") if last.role == "assistant" else ""
 
 
 def merge_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
