@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +42,31 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+CHILD_ENV_DROPPED = ("VLLM_", "TORCHELASTIC_", "LOCAL_WORLD_SIZE", "GROUP_", "ROLE_", "OMP_", "KMP_", "LD_PRELOAD", "CUDA_")
+
+
+def clean_child_env() -> dict[str, str]:
+    """This process's environment without what earlier in-process engines (vLLM, torch.distributed
+    launchers) may have left in it, for child ranks that must see only their own launch variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(CHILD_ENV_DROPPED)}
+
+
+def wait_ranks(procs: list[tuple[subprocess.Popen, Path]], deadline: float, what: str = "workers") -> None:
+    """Wait for processes started each in its own session (with their log files); on a timeout or a failure
+    SIGKILL the sessions still running and fail the test with the logs' tails."""
+    failed = []
+    for proc, log in procs:
+        try:
+            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        if rc != 0:
+            failed.append(f"{log.name}: rc={rc}\n" + log.read_text()[-3000:])
+    if failed:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                _kill_group(proc.pid)
+                proc.wait()
+        pytest.fail(f"{what} failed:\n" + "\n".join(failed))

@@ -34,6 +34,12 @@ class OptimConfig(K2Config):
         default_factory=list,
         description="Name substrings forced to Muon (must match only >=2-D params; a 1-D match is an error).",
     )
+    fused_row_splits: dict[str, int] = Field(
+        default_factory=lambda: {"gate_up_proj": 2},
+        description="Name substring -> k: a Muon param [.., k*n, m] whose name contains it stacks k matrices [n, m] "
+        "along its rows (a fused MoE gate_up_proj holds gate and up); each is orthogonalized and RMS-scaled on its "
+        "own, as K2 does for separate gate and up weights.",
+    )
     qk_clip: QKClipConfig = Field(default_factory=QKClipConfig, description="QK-Clip settings.")
 
     @model_validator(mode="after")
@@ -41,4 +47,7 @@ class OptimConfig(K2Config):
         both = sorted(set(self.adamw_patterns) & set(self.muon_patterns))
         if both:
             raise ValueError(f"patterns {both} are in both adamw_patterns and muon_patterns: keep each in one list")
+        bad = {key: k for key, k in self.fused_row_splits.items() if k < 1}
+        if bad:
+            raise ValueError(f"fused_row_splits {bad}: each split count must be >= 1 (1 = not fused)")
         return self

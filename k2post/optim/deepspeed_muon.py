@@ -45,16 +45,18 @@ from torch import Tensor, nn
 from k2post.optim.config import OptimConfig
 from k2post.optim.muon import (
     MAX_BATCH_NUMEL,
+    UpdateStats,
     adamw_step_,
     apply_update_,
     group_hparams,
+    matrix_view,
     muon_direction,
     muon_step_,
     orthogonalize_many,
     run_closure,
     rms_factor,
 )
-from k2post.optim.param_groups import ParamSpecError, build_param_groups
+from k2post.optim.param_groups import ParamSpecError, build_param_groups, row_splits
 from k2post.optim.qk_clip import (
     MaxLogitRecorder,
     QKClipStats,
@@ -85,18 +87,21 @@ def default_gather(local: Tensor, bound: BoundFlat) -> list[Tensor]:
     return all_gather_parts(local, bound.process_group, bound.layout.world_size)
 
 
-def _shape_batches(slots: Iterable[ParamSlot], max_numel: int = MAX_BATCH_NUMEL) -> Iterator[list[ParamSlot]]:
-    """Slots grouped by matrix shape [n, m] into batches of at most `max_numel` elements."""
-    buckets: dict[tuple[int, int], list[ParamSlot]] = defaultdict(list)
-    for slot in slots:
-        buckets[slot.shape[-2:]].append(slot)
+def _shape_batches(
+    slots: Iterable[tuple[ParamSlot, int]], max_numel: int = MAX_BATCH_NUMEL
+) -> Iterator[list[tuple[ParamSlot, int]]]:
+    """(slot, row splits) pairs grouped by matrix shape [n, m] (after splitting fused rows) into
+    batches of at most `max_numel` elements."""
+    buckets: dict[tuple[int, int], list[tuple[ParamSlot, int]]] = defaultdict(list)
+    for slot, splits in slots:
+        buckets[(slot.shape[-2] // splits, slot.shape[-1])].append((slot, splits))
     for bucket in buckets.values():
         batch, numel = [], 0
-        for slot in bucket:
+        for slot, splits in bucket:
             if batch and numel + slot.numel > max_numel:
                 yield batch
                 batch, numel = [], 0
-            batch.append(slot)
+            batch.append((slot, splits))
             numel += slot.numel
         yield batch
 
@@ -123,6 +128,7 @@ class ZeroMuonClip(torch.optim.Optimizer):
     def __init__(self, params: Iterable[dict], cfg: OptimConfig, gather: GatherFn = default_gather) -> None:
         self.cfg = cfg
         self.gather = gather
+        self.update_stats = UpdateStats()  # Muon updates applied on this rank since the caller's last reset
         self._named_params: list[tuple[str, Tensor]] = []  # the model's params, before ZeRO swaps them out
         self._names_by_id: dict[int, str] = {}
         super().__init__(params, group_hparams(cfg))  # fills the two above through add_param_group
@@ -200,8 +206,11 @@ class ZeroMuonClip(torch.optim.Optimizer):
                 f"ZeroMuonClip got a tensor of shape {tuple(param.shape)} it was not built with (a ZeRO flat "
                 "partition?): call optimizer.bind(engine) right after deepspeed.initialize"
             )
-        step_fn = muon_step_ if group["use_muon"] else adamw_step_
-        step_fn(param, param.grad, self.state[param], group)
+        if not group["use_muon"]:
+            adamw_step_(param, param.grad, self.state[param], group)
+            return
+        splits = row_splits(self._names_by_id[id(param)], tuple(param.shape), self.cfg)
+        muon_step_(param, param.grad, self.state[param], group, splits, self.update_stats)
 
     def _flat_step(self, flat: Tensor, bound: BoundFlat, group: dict[str, Any]) -> None:
         """AdamW (elementwise) or Distributed Muon on one flat fp32 partition."""
@@ -220,13 +229,17 @@ class ZeroMuonClip(torch.optim.Optimizer):
         direction = muon_direction(flat.grad, state["momentum_buffer"], group["momentum"], group["nesterov"])
         parts = self.gather(direction.to(torch.bfloat16), bound)  # R x [P] bf16
         rank, lr, wd = bound.layout.rank, float(group["lr"]), group["weight_decay"]
-        for batch in _shape_batches(bound.layout.local_slots()):
-            fulls = [assemble_full(slot, parts) for slot in batch]  # [*shape] bf16 each
-            for slot, ortho in zip(batch, orthogonalize_many(fulls, group["ns_steps"], group["ns_eps"])):
-                ortho_flat, scale = ortho.reshape(-1), rms_factor(slot.shape, group["rms_scale"])
+        slots = [(slot, row_splits(slot.name, tuple(slot.shape), self.cfg)) for slot in bound.layout.local_slots()]
+        for batch in _shape_batches(slots):
+            fulls = [matrix_view(assemble_full(slot, parts), k) for slot, k in batch]  # [B, n, m] bf16 each
+            orthos = orthogonalize_many(fulls, group["ns_steps"], group["ns_eps"])
+            for (slot, _), ortho, full in zip(batch, orthos, fulls):
+                ortho_flat, scale = ortho.reshape(-1), rms_factor(full.shape, group["rms_scale"])  # same order as the slot
                 for piece in slot.local_pieces(rank):
                     local = flat.narrow(0, piece.part_offset, piece.numel)
-                    apply_update_(local, ortho_flat.narrow(0, piece.param_offset, piece.numel), lr, wd, scale)
+                    update = ortho_flat.narrow(0, piece.param_offset, piece.numel)
+                    apply_update_(local, update, lr, wd, scale)
+                    self.update_stats.add(update, scale)
 
     @torch.no_grad()
     def scale_rows_(self, module: nn.Module, plan: list[RowScale]) -> None:

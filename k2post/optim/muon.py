@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -45,7 +46,7 @@ from torch import Tensor, nn
 
 from k2post.optim.config import OptimConfig
 from k2post.optim.newton_schulz import newton_schulz_wide, orthogonalize
-from k2post.optim.param_groups import ParamSpecError, build_param_groups
+from k2post.optim.param_groups import ParamSpecError, build_param_groups, row_splits
 
 # Same-shaped Muon directions are orthogonalized together in batches of at most this many
 # elements (bf16: 2 bytes each), which bounds the extra memory of batching.
@@ -66,9 +67,36 @@ def group_hparams(cfg: OptimConfig) -> dict[str, Any]:
     }
 
 
+@dataclass
+class UpdateStats:
+    """Size of the Muon updates O applied since `reset` (O before the lr: RMS(O) ~ rms_scale by design)."""
+
+    sq_sum: float = 0.0
+    numel: int = 0
+
+    def add(self, update: Tensor, scale: float = 1.0) -> None:
+        """Count `scale * update` (any shape; a shard is fine)."""
+        self.sq_sum += float(update.float().pow(2).sum()) * scale * scale
+        self.numel += update.numel()
+
+    def reset(self) -> None:
+        self.sq_sum, self.numel = 0.0, 0
+
+
 def rms_factor(shape: torch.Size | tuple[int, ...], rms_scale: float) -> float:
     """rms_scale * sqrt(max(n, m)) for a matrix (or batch of matrices) of shape [..., n, m]."""
     return rms_scale * math.sqrt(max(shape[-2], shape[-1]))
+
+
+def matrix_view(tensor: Tensor, splits: int) -> Tensor:
+    """`tensor` [..., k*n, m] as the k-times-more matrices it stacks: [B*k, n, m] (a view; k = `splits`).
+
+    With splits 1 the tensor itself. The view keeps the memory order, so `.reshape(tensor.shape)` of
+    anything computed on it maps each matrix back to its rows."""
+    if splits == 1:
+        return tensor
+    n, m = tensor.shape[-2] // splits, tensor.shape[-1]
+    return tensor.reshape(-1, n, m)  # [..., k*n, m] -> [B*k, n, m]: rows [j*n, (j+1)*n) are matrix j
 
 
 def muon_direction(grad: Tensor, momentum_buf: Tensor, momentum: float, nesterov: bool) -> Tensor:
@@ -102,17 +130,22 @@ def _momentum_buffer(state: dict, param: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def muon_step_(param: Tensor, grad: Tensor, state: dict, group: Mapping[str, Any]) -> None:
+def muon_step_(
+    param: Tensor, grad: Tensor, state: dict, group: Mapping[str, Any], splits: int = 1, stats: UpdateStats | None = None
+) -> None:
     """One Muon step on one full tensor ([n, m] or [E, n, m]); `state` holds "momentum_buffer".
 
     `group` needs lr, weight_decay, momentum, nesterov, ns_steps, ns_eps, rms_scale
-    (a MuonClip param group or `group_hparams(cfg)`). Same numerics as `MuonClip.step`.
+    (a MuonClip param group or `group_hparams(cfg)`); `splits` is `row_splits` of the param (a fused
+    gate_up_proj: 2); `stats` collects the applied update's size. Same numerics as `MuonClip.step`.
     """
     buf = _momentum_buffer(state, param)
-    direction = muon_direction(grad, buf, group["momentum"], group["nesterov"])
+    direction = matrix_view(muon_direction(grad, buf, group["momentum"], group["nesterov"]), splits)
     ortho = orthogonalize(direction.to(torch.bfloat16), steps=group["ns_steps"], eps=group["ns_eps"])
-    scale = rms_factor(param.shape, group["rms_scale"])
-    apply_update_(param, ortho, float(group["lr"]), group["weight_decay"], scale)
+    scale = rms_factor(direction.shape, group["rms_scale"])
+    apply_update_(param, ortho.reshape(param.shape), float(group["lr"]), group["weight_decay"], scale)
+    if stats is not None:
+        stats.add(ortho, scale)
 
 
 def _adamw_state(state: dict, param: Tensor) -> tuple[Tensor, Tensor]:
@@ -143,20 +176,22 @@ def adamw_step_(param: Tensor, grad: Tensor, state: dict, group: Mapping[str, An
     param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-def _batches(params: list[Tensor]) -> Iterable[list[Tensor]]:
-    """`params` split into batches of the same matrix shape [n, m], dtype and device, each of
-    at most MAX_BATCH_NUMEL elements (a larger param is a batch of its own)."""
-    buckets: dict[tuple, list[Tensor]] = defaultdict(list)
-    for param in params:
-        buckets[(tuple(param.shape[-2:]), param.dtype, param.device)].append(param)
+def _batches(params: list[tuple[Tensor, int]]) -> Iterable[list[tuple[Tensor, int]]]:
+    """(param, row splits) pairs split into batches of the same matrix shape [n, m] (after splitting
+    fused rows), dtype and device, each of at most MAX_BATCH_NUMEL elements (a larger param is a batch
+    of its own)."""
+    buckets: dict[tuple, list[tuple[Tensor, int]]] = defaultdict(list)
+    for param, splits in params:
+        matrix = (param.shape[-2] // splits, param.shape[-1])
+        buckets[(matrix, param.dtype, param.device)].append((param, splits))
     for bucket in buckets.values():
-        batch: list[Tensor] = []
+        batch: list[tuple[Tensor, int]] = []
         numel = 0
-        for param in bucket:
+        for param, splits in bucket:
             if batch and numel + param.numel() > MAX_BATCH_NUMEL:
                 yield batch
                 batch, numel = [], 0
-            batch.append(param)
+            batch.append((param, splits))
             numel += param.numel()
         yield batch
 
@@ -238,15 +273,18 @@ class MuonClip(torch.optim.Optimizer):
         Directions are built batch by batch, so the extra memory is one batch (fp32 + bf16).
         """
         lr, wd = float(group["lr"]), group["weight_decay"]
-        for batch in _batches([p for p in group["params"] if p.grad is not None]):
+        names = group.get("names") or [""] * len(group["params"])
+        params = [(p, row_splits(name, tuple(p.shape), self.cfg)) for name, p in zip(names, group["params"]) if p.grad is not None]
+        for batch in _batches(params):
             directions = [
-                muon_direction(p.grad, _momentum_buffer(self.state[p], p), group["momentum"], group["nesterov"])
-                for p in batch
+                matrix_view(muon_direction(p.grad, _momentum_buffer(self.state[p], p), group["momentum"], group["nesterov"]), k)
+                for p, k in batch
             ]
             orthos = orthogonalize_many(directions, group["ns_steps"], group["ns_eps"])
+            for (param, _), ortho, direction in zip(batch, orthos, directions):
+                scale = rms_factor(direction.shape, group["rms_scale"])
+                apply_update_(param, ortho.reshape(param.shape), lr, wd, scale)
             del directions
-            for param, ortho in zip(batch, orthos):
-                apply_update_(param, ortho, lr, wd, rms_factor(param.shape, group["rms_scale"]))
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:

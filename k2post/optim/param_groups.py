@@ -71,6 +71,24 @@ def route_param(name: str, param: Tensor, cfg: OptimConfig) -> Route:
     return "muon"
 
 
+def row_splits(name: str, shape: tuple[int, ...], cfg: OptimConfig) -> int:
+    """How many matrices a Muon param stacks along its rows (`cfg.fused_row_splits`; 1 = one matrix per [n, m]).
+
+    A fused MoE `gate_up_proj` [E, 2I, H] is 2 per expert: gate rows [0, I) and up rows [I, 2I)."""
+    hits = [k for key, k in cfg.fused_row_splits.items() if key in name]
+    if not hits:
+        return 1
+    if len(set(hits)) > 1:
+        raise ParamSpecError(f"param {name!r} matches optim.fused_row_splits keys with different counts {hits}: make them specific")
+    k = hits[0]
+    if len(shape) < 2 or shape[-2] % k:
+        raise ParamSpecError(
+            f"param {name!r} has shape {shape}: optim.fused_row_splits says it stacks {k} matrices along its rows, "
+            f"but {shape[-2] if len(shape) >= 2 else 'no'} rows do not split into {k}; fix the pattern or the count"
+        )
+    return k
+
+
 def build_param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict]:
     """Param groups for `MuonClip`: the Muon group first, then AdamW; empty groups are left out.
 

@@ -105,12 +105,15 @@ def per_head_max_logit(
     scaling: float | None,
     causal: bool,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    token_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per query head max of `scaling * q.k` over allowed positions (fp32), shape [H].
 
     query [B, H, Lq, D], key [B, Hkv, Lk, D] with H = Hkv * G (query head h uses key head
     h // G, as `repeat_kv` does); `attention_mask` a 4-D bool/additive mask [B|1, 1|H, Lq, Lk]
-    or None (then `causal` says whether the upper-left causal mask applies). A head with no
+    or None (then `causal` says whether the upper-left causal mask applies). `token_valid`
+    [B, L] (bool, L = Lq = Lk) marks the real tokens: padding is dropped as query and as key
+    (a forward without an attention mask, or packed padding, would count it). A head with no
     allowed position gets -inf.
     """
     b, h, lq, d = query.shape
@@ -125,6 +128,9 @@ def per_head_max_logit(
         q = query[:, :, start:stop].float().reshape(b, num_kv, group * (stop - start), d)  # G query heads per key head
         scores = torch.matmul(q, key_t).view(b, num_kv, group, stop - start, lk)  # [B, Hkv, G, cq, Lk]
         valid = _chunk_valid(attention_mask, start, stop, lq, lk, causal, query.device)
+        if token_valid is not None:
+            tokens = token_valid[:, None, start:stop, None] & token_valid[:, None, None, :]  # [B, 1, cq, Lk]
+            valid = tokens if valid is None else valid & tokens
         if valid is not None:
             scores.masked_fill_(~_group_valid(valid, num_kv, group), -math.inf)
         best = torch.maximum(best, scores.amax(dim=(-1, -2)))
@@ -159,7 +165,8 @@ def _make_recording_attention(inner: str) -> Callable[..., Any]:
         recorder = getattr(module, _RECORDER_ATTR, None)
         if recorder is not None and recorder.active and kwargs.get("cache") is None:  # paged caches: not recorded
             causal = attention_mask is None and _is_causal_unmasked(inner, module, query, kwargs.get("is_causal"))
-            head_max = per_head_max_logit(query, key, attention_mask, scaling, causal, recorder.chunk_bytes)
+            valid = recorder.token_valid_for(query, key)
+            head_max = per_head_max_logit(query, key, attention_mask, scaling, causal, recorder.chunk_bytes, valid)
             recorder.record(module.layer_idx, head_max)
         return _inner_attention(inner, module)(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
 
@@ -333,6 +340,7 @@ class MaxLogitRecorder:
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self.chunk_bytes = chunk_bytes
         self.active = True  # False inside `paused()`
+        self.token_valid: torch.Tensor | None = None  # [B, L] bool inside `real_tokens()`
         self._max: dict[int, torch.Tensor] = {}
         self._model: PreTrainedModel | None = None
         self._previous_impl: str | None = None
@@ -384,6 +392,27 @@ class MaxLogitRecorder:
         self._max[layer_idx] = head_max if previous is None else torch.maximum(previous, head_max)
 
     @contextlib.contextmanager
+    def real_tokens(self, valid: torch.Tensor | None) -> Iterator[None]:
+        """Forwards inside this block count only the tokens where `valid` [B, L] is true (not padding)."""
+        previous, self.token_valid = self.token_valid, None if valid is None else valid.bool()
+        try:
+            yield
+        finally:
+            self.token_valid = previous
+
+    def token_valid_for(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+        """The `real_tokens` mask on the query's device, checked against the forward's shapes."""
+        if self.token_valid is None:
+            return None
+        b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
+        if tuple(self.token_valid.shape) != (b, lq) or lq != lk:
+            raise ValueError(
+                f"MaxLogitRecorder.real_tokens mask has shape {tuple(self.token_valid.shape)} but the forward has batch {b}, "
+                f"{lq} queries and {lk} keys: pass the [batch, seq_len] mask of the same input_ids"
+            )
+        return self.token_valid.to(query.device)
+
+    @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Forwards inside this block (eval, generation) are not recorded."""
         previous, self.active = self.active, False
@@ -401,6 +430,11 @@ class MaxLogitRecorder:
 
     def __exit__(self, *exc: object) -> None:
         self.detach()
+
+
+def recording_real_tokens(recorder: MaxLogitRecorder | None, valid: torch.Tensor | None) -> contextlib.AbstractContextManager:
+    """`recorder.real_tokens(valid)`, or a no-op context when QK-Clip is off (recorder None)."""
+    return contextlib.nullcontext() if recorder is None else recorder.real_tokens(valid)
 
 
 def reduce_per_head_max(

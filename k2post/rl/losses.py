@@ -14,6 +14,13 @@ KL term (larger tau = more conservative). Averaged over prompts.
     ptx = ptx_loss(logits, labels)          # token-mean NLL on curated data; L_total = L_RL + alpha * ptx
 
 Shapes: logp_* and mask are [N, T] (N = prompts x K samples, grouped consecutively), rewards [N].
+
+The trainer (k2post/rl/trainer.py) trains micro-batches that may cut groups, so it computes the
+advantages of whole groups first and calls the per-sequence pieces `sequence_logprob` and
+`k15_residuals` that `k15_loss` is built from: sum_i residual_i^2 / N over a step is exactly
+`k15_loss` when every group has K samples (tests/k2post/rl/test_trainer_gradient.py checks the
+DeepSpeed trainer's gradient against autograd of `k15_loss` + `ptx_loss`). `token_entropy` gives
+the policy-entropy diagnostic from the same logits.
 """
 
 from __future__ import annotations
@@ -24,12 +31,28 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
+def sequence_logprob(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log pi(y|x) per sample: the masked sum of token log-probs. [N, T], [N, T] -> [N]."""
+    if logp.shape != mask.shape:
+        raise ValueError(f"logp {tuple(logp.shape)} and mask {tuple(mask.shape)} must match")
+    return (logp * mask.to(logp.dtype)).sum(dim=-1)
+
+
 def sequence_logratio(logp_new: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """log(pi_new(y|x) / pi_old(y|x)) per sample: masked sum over tokens. [N, T] -> [N]."""
-    if logp_new.shape != logp_old.shape or logp_new.shape != mask.shape:
-        raise ValueError(f"logp_new {tuple(logp_new.shape)}, logp_old {tuple(logp_old.shape)} and mask {tuple(mask.shape)} must match")
-    weights = mask.to(logp_new.dtype)
-    return ((logp_new - logp_old.detach()) * weights).sum(dim=-1)
+    if logp_new.shape != logp_old.shape:
+        raise ValueError(f"logp_new {tuple(logp_new.shape)} and logp_old {tuple(logp_old.shape)} must match")
+    return sequence_logprob(logp_new, mask) - sequence_logprob(logp_old.detach(), mask)
+
+
+def k15_residuals(seq_logp_new: torch.Tensor, seq_logp_old: torch.Tensor, advantages: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(residual_i = A_i - tau * (log pi_new - log pi_old)(y_i|x), the log-ratio) per sample. [N] each.
+
+    Advantages and pi_old are constants (detached); the K1.5 loss is the mean of residual^2."""
+    if tau <= 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    logratio = seq_logp_new - seq_logp_old.detach()
+    return advantages.detach().to(seq_logp_new.dtype) - tau * logratio, logratio
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -49,11 +72,10 @@ def k15_loss(
     tau: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The K1.5 squared-advantage loss (mean over prompts of the mean over its K samples)."""
-    if tau <= 0:
-        raise ValueError(f"tau must be > 0, got {tau}")
     advantages = group_advantages(rewards.to(logp_new.dtype), group_size)
-    logratio = sequence_logratio(logp_new, logp_old, mask)
-    residual = advantages.detach() - tau * logratio  # [N]
+    if logp_new.shape != logp_old.shape:
+        raise ValueError(f"logp_new {tuple(logp_new.shape)} and logp_old {tuple(logp_old.shape)} must match")
+    residual, logratio = k15_residuals(sequence_logprob(logp_new, mask), sequence_logprob(logp_old, mask), advantages, tau)  # [N]
     loss = residual.pow(2).view(-1, group_size).mean(dim=1).mean()
     stats = {
         "rl/loss": float(loss.detach()),
@@ -67,6 +89,12 @@ def k15_loss(
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log p(tokens[t] | ...) from logits that predict them. [N, T, V], [N, T] -> [N, T] (fp32)."""
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the next-token distribution at each position (nats, fp32). [N, T, V] -> [N, T]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
 
 
 def shifted_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:

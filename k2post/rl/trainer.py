@@ -26,10 +26,14 @@ from typing import Any
 import torch
 
 from k2post.rl.batch import TrainSequence, micro_loss_scale, pad_rows
-from k2post.rl.losses import ptx_loss, shifted_logprobs
+from k2post.optim.qk_clip import recording_real_tokens
+from k2post.rl.losses import k15_residuals, ptx_loss, sequence_logprob, shifted_logprobs, token_entropy
 from k2post.rl.run_config import RLConfig
 
 log = logging.getLogger(__name__)
+
+# What `_micro_loss` / `train_step` add up over a step's micro-batches (this rank).
+STEP_SUMS = ("loss", "ptx", "entropy", "response_tokens", "logratio_abs_sum", "logratio_abs", "grad_norm")
 
 
 def rss_mib() -> float:
@@ -148,13 +152,19 @@ class RLTrainerWorker:
 
     # ------------------------------------------------------------------ forward passes
 
-    def _forward_logprobs(self, rows: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probs [B, T] and the loss mask [B, T] of a micro-batch."""
+    def _forward(self, rows: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits [B, T, V], input ids [B, T] and loss mask [B, T] of a micro-batch (right-padded).
+
+        QK-Clip's recorder counts only the real tokens: the trainer passes no attention mask, and
+        right padding is harmless to causal attention but would enter S_max."""
         ids, masks = pad_rows([r.token_ids for r in rows], [r.loss_mask for r in rows], self.pad_id)
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.engine.device)
         mask = torch.tensor(masks, dtype=torch.float32, device=self.engine.device)
-        logits = self.engine(input_ids=input_ids, use_cache=False).logits
-        return shifted_logprobs(logits, input_ids), mask
+        lengths = torch.tensor([len(r.token_ids) for r in rows], device=self.engine.device)
+        valid = torch.arange(input_ids.shape[1], device=self.engine.device)[None, :] < lengths[:, None]  # [B, T]
+        with recording_real_tokens(self.recorder, valid):
+            logits = self.engine(input_ids=input_ids, use_cache=False).logits
+        return logits, input_ids, mask
 
     @torch.no_grad()
     def sequence_logprobs(self, rows: list[TrainSequence]) -> list[float]:
@@ -164,34 +174,76 @@ class RLTrainerWorker:
         recording = self.recorder.paused() if self.recorder is not None else contextlib.nullcontext()
         with recording:
             for start in range(0, len(rows), size):
-                logp, mask = self._forward_logprobs(rows[start : start + size])
-                out.extend((logp * mask).sum(dim=-1).tolist())
+                logits, input_ids, mask = self._forward(rows[start : start + size])
+                out.extend(sequence_logprob(shifted_logprobs(logits, input_ids), mask).tolist())
         return out
+
+    def _micro_loss(self, rows: list[TrainSequence], old: list[float], scale: float, sums: dict[str, float]) -> torch.Tensor:
+        """scale * sum_i residual_i^2 of one micro-batch (`k15_residuals`); folds diagnostics into `sums`."""
+        logits, input_ids, mask = self._forward(rows)
+        seq_logp = sequence_logprob(shifted_logprobs(logits, input_ids), mask)  # [B]
+        advantages = torch.tensor([r.advantage for r in rows], device=seq_logp.device)
+        residual, logratio = k15_residuals(seq_logp, torch.tensor(old, device=seq_logp.device), advantages, self.cfg.loss.tau)
+        residual_sq = residual.pow(2).sum()
+        with torch.no_grad():
+            response = mask[:, 1:]  # the positions whose logits predicted a model-written token
+            sums["entropy"] += float((token_entropy(logits[:, :-1]) * response).sum())
+            sums["response_tokens"] += float(response.sum())
+            sums["loss"] += float(residual_sq)
+            sums["logratio_abs_sum"] += float(logratio.abs().sum())
+            sums["logratio_abs"] = max(sums["logratio_abs"], float(logratio.abs().max()))
+        return residual_sq * scale
+
+    def _backward(self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int, sums: dict[str, float]) -> None:
+        """Forward + backward of every micro-batch, `engine.step()` after each but the last (the caller's)."""
+        gas = len(micro)
+        scale = micro_loss_scale(sum(len(m) for m in micro) * self.world_size, self.world_size, gas)
+        for index, (rows, old) in enumerate(zip(micro, logp_old)):
+            loss = self._micro_loss(rows, old, scale, sums)
+            if index == gas - 1 and self.ptx_rows:
+                ptx = self._ptx_loss(step)
+                loss = loss + self.cfg.loss.ptx_coef * ptx * gas  # DeepSpeed divides by gas: coef * ptx in the gradient
+                sums["ptx"] = float(ptx.detach())
+            self.engine.backward(loss)
+            if index < gas - 1:
+                self.engine.step()
 
     def train_step(self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int) -> dict[str, Any]:
         """One optimizer step over this rank's micro-batches (K1.5 residuals + PTX on the last)."""
         started = time.perf_counter()
         self._set_lr(step)
-        tau, gas = self.cfg.loss.tau, len(micro)
-        total = sum(len(m) for m in micro) * self.world_size
-        scale = micro_loss_scale(total, self.world_size, gas)
-        sums = {"loss": 0.0, "logratio_abs": 0.0, "ptx": 0.0}
-        for index, (rows, old) in enumerate(zip(micro, logp_old)):
-            logp, mask = self._forward_logprobs(rows)
-            logratio = (logp * mask).sum(dim=-1) - torch.tensor(old, device=logp.device)
-            advantages = torch.tensor([r.advantage for r in rows], device=logp.device)
-            residual_sq = (advantages - tau * logratio).pow(2).sum()
-            loss = residual_sq * scale
-            if index == gas - 1 and self.ptx_rows:
-                ptx = self._ptx_loss(step)
-                loss = loss + self.cfg.loss.ptx_coef * ptx * gas
-                sums["ptx"] = float(ptx.detach())
-            self.engine.backward(loss)
-            self.engine.step()
-            sums["loss"] += float(residual_sq.detach())
-            sums["logratio_abs"] = max(sums["logratio_abs"], float(logratio.detach().abs().max()))
+        sums = dict.fromkeys(STEP_SUMS, 0.0)
+        self._backward(micro, logp_old, step, sums)
+        plain_norm = self._plain_grad_norm()
+        self.optimizer.update_stats.reset()
+        self.engine.step()
+        sums["grad_norm"] = plain_norm if plain_norm is not None else float(self.engine.get_global_grad_norm() or 0.0)
         qk = self._qk_clip()
+        total = sum(len(m) for m in micro) * self.world_size
         return self._step_metrics(sums, total, qk, time.perf_counter() - started)
+
+    def loss_gradient(self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int) -> dict[str, torch.Tensor]:
+        """The full gradient of the step's loss by param name, as `train_step` would apply it (ZeRO 0-2).
+
+        Runs the same forwards and backwards and leaves the optimizer step out; for tests (the worker
+        is not meant to train afterwards)."""
+        from deepspeed.utils import safe_get_full_grad
+
+        self._set_lr(step)
+        self._backward(micro, logp_old, step, dict.fromkeys(STEP_SUMS, 0.0))
+        out = {}
+        for name, param in self.engine.module.named_parameters():
+            grad = param.grad if self.cfg.trainer.zero_stage == 0 else safe_get_full_grad(param)
+            out[name] = grad.detach().float().cpu().clone()
+        return out
+
+    def _plain_grad_norm(self) -> float | None:
+        """L2 norm of the reduced gradient at ZeRO 0 (module grads before the step); None under ZeRO,
+        where DeepSpeed computes it in the step (`get_global_grad_norm`)."""
+        if self.cfg.trainer.zero_stage != 0:
+            return None
+        norms = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
+        return float(torch.stack(norms).norm()) if norms else 0.0
 
     def _set_lr(self, step: int) -> float:
         """optim.lr x the loop's schedule at optimizer step `step` (a function of the step: resume needs nothing else)."""
@@ -210,7 +262,8 @@ class RLTrainerWorker:
         first = (step * self.world_size + self.rank) * n
         rows = [self.ptx_rows[(first + j) % len(self.ptx_rows)] for j in range(n)]
         batch = collate(rows, self.pad_id)
-        logits = self.engine(**model_inputs(batch)).logits
+        with recording_real_tokens(self.recorder, batch["token_valid"]):
+            logits = self.engine(**model_inputs(batch)).logits
         return ptx_loss(logits, batch["labels"].to(logits.device))
 
     def _qk_clip(self) -> dict[str, float]:
@@ -223,8 +276,12 @@ class RLTrainerWorker:
     def _step_metrics(self, sums: dict[str, float], total: int, qk: dict[str, float], seconds: float) -> dict[str, Any]:
         from k2post.sft.runtime import all_reduce_sum
 
-        loss_sum, ptx_sum = all_reduce_sum([sums["loss"], sums["ptx"]])
+        stats = self.optimizer.update_stats
+        loss_sum, ptx_sum, ent, tokens, lr_abs, sq, numel = all_reduce_sum(
+            [sums["loss"], sums["ptx"], sums["entropy"], sums["response_tokens"], sums["logratio_abs_sum"], stats.sq_sum, float(stats.numel)])
         row = {"train/k15_loss": loss_sum / total, "train/logratio_abs_max": sums["logratio_abs"], "train/lr": self.lr,
+               "train/logratio_abs_mean": lr_abs / total, "train/entropy": ent / max(tokens, 1.0),
+               "train/grad_norm": sums["grad_norm"], "train/muon_update_rms": (sq / numel) ** 0.5 if numel else 0.0,
                "time/trainer_step_s": seconds}
         if self.ptx_rows:
             row["train/ptx_loss"] = ptx_sum / self.world_size

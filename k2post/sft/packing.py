@@ -124,20 +124,24 @@ def pack_examples(examples: Sequence[Example], max_seq_len: int, packing: bool =
 
 
 def collate(rows: Sequence[PackedRow], pad_id: int) -> dict[str, Any]:
-    """Tensors [B, L] (input_ids, labels, position_ids) of rows padded to the longest row."""
+    """Tensors [B, L] (input_ids, labels, position_ids; token_valid: bool, False on padding) of rows
+    padded to the longest row. The padding is a block of its own for attention; QK-Clip's recorder
+    must skip it (`recording_real_tokens(recorder, batch["token_valid"])`)."""
     import torch
 
     width = max(len(row) for row in rows)
-    ids, labels, positions = [], [], []
+    ids, labels, positions, valid = [], [], [], []
     for row in rows:
         pad = width - len(row)
         ids.append(row.input_ids + [pad_id] * pad)
         labels.append(row.labels + [IGNORE_INDEX] * pad)
         positions.append(row.position_ids + list(range(pad)))  # padding = its own block
+        valid.append([True] * len(row) + [False] * pad)
     return {
         "input_ids": torch.tensor(ids, dtype=torch.long),
         "labels": torch.tensor(labels, dtype=torch.long),
         "position_ids": torch.tensor(positions, dtype=torch.long),
+        "token_valid": torch.tensor(valid, dtype=torch.bool),
     }
 
 

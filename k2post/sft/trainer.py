@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from k2post.config.loader import dump_yaml
 from k2post.models.loading import ensure_model, load_causal_lm, load_tokenizer
 from k2post.optim.deepspeed_muon import apply_qk_clip_zero, deepspeed_initialize, find_zero_muon_clip
-from k2post.optim.qk_clip import MaxLogitRecorder
+from k2post.optim.qk_clip import MaxLogitRecorder, recording_real_tokens
 from k2post.sft import checkpoint as ckpt
 from k2post.sft.batching import BatchPlan, BatchShape
 from k2post.sft.config import SFTConfig
@@ -186,7 +186,8 @@ def train_step(run: SFTRun, step: int) -> dict[str, Any]:
     loss_sum = 0.0
     for rows in run.plan.rank_micro_batches(step, run.dist.rank):
         batch = collate(rows, pad_id(run.tokenizer))
-        loss = token_loss_sum(run.engine(**model_inputs(batch)).logits, batch["labels"])
+        with recording_real_tokens(run.recorder, batch["token_valid"]):  # S_max of QK-Clip skips padding
+            loss = token_loss_sum(run.engine(**model_inputs(batch)).logits, batch["labels"])
         run.engine.backward(loss * scale)
         run.engine.step()
         loss_sum += float(loss.detach())

@@ -19,7 +19,6 @@ import copy
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from k2post.optim.zero_layout import (
     zero3_slots,
     zero12_slots,
 )
+from proc_helpers import clean_child_env, wait_ranks
 
 WORLD = 2
 
@@ -114,7 +114,24 @@ class TinyNet(nn.Module):
         self.b = nn.Linear(8, 12, bias=False)  # [12, 8]
         self.c = nn.Linear(12, 8, bias=False)  # [8, 12]: batched with a.weight
         self.experts = nn.Parameter(torch.randn(3, 4, 6))
+        self.gate_up_proj = nn.Parameter(torch.randn(3, 8, 6))  # fused gate + up per expert: 2 x [4, 6]
         self.norm = nn.Parameter(torch.ones(7))
+
+
+class SeparateGateUp(nn.Module):
+    """The fused expert stack of `FusedGateUp` as two unfused stacks."""
+
+    def __init__(self, fused: torch.Tensor) -> None:
+        super().__init__()
+        half = fused.shape[1] // 2
+        self.gate_proj = nn.Parameter(fused[:, :half].clone())
+        self.up_proj = nn.Parameter(fused[:, half:].clone())
+
+
+class FusedGateUp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Parameter(torch.randn(3, 8, 6))  # [E, 2I, H]
 
 
 class ThreadGather:
@@ -226,6 +243,23 @@ def test_simulated_ranks_match_muonclip(stage):
         assert not torch.equal(param.detach(), dict(model.named_parameters())[name].detach())  # it moved
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_simulated_fused_gate_up_equals_separate_gate_and_up(stage):
+    """Distributed Muon orthogonalizes a fused gate_up_proj as separate gate and up matrices (K2)."""
+    torch.manual_seed(0)
+    fused = FusedGateUp()
+    separate = SeparateGateUp(fused.gate_up_proj.detach())
+    cfg = OptimConfig(lr=0.02, weight_decay=0.1)
+    grads = _random_grads(fused, steps=3)
+    split = [{"gate_proj": g["gate_up_proj"][:, :4], "up_proj": g["gate_up_proj"][:, 4:]} for g in grads]
+    got, _ = _run_simulated(fused, cfg, stage, grads)
+    want, _ = _run_simulated(separate, cfg, stage, split)
+    torch.testing.assert_close(got["gate_up_proj"], torch.cat([want["gate_proj"], want["up_proj"]], dim=1), rtol=0, atol=1e-6)
+    joint = OptimConfig(lr=0.02, weight_decay=0.1, fused_row_splits={})
+    got_joint, _ = _run_simulated(fused, joint, stage, grads)
+    assert (got_joint["gate_up_proj"] - got["gate_up_proj"]).abs().max() > 1e-3  # joint NS really differs
+
+
 def test_simulated_qk_row_scales_hit_masters():
     """scale_rows_ scales exactly the planned rows of the masters, on whichever rank holds them."""
     torch.manual_seed(0)
@@ -269,13 +303,6 @@ STAGES = (0, 1, 2, 3)
 LAUNCH_TIMEOUT_S = 420  # first use JIT-builds deepspeed_shm_comm (~30 s); the run itself takes ~20 s
 
 
-def _clean_env() -> dict[str, str]:
-    """This process's environment without what earlier in-process engines (vLLM, torch.distributed
-    launchers) may have left in it: the ranks must see only the launch variables set below."""
-    dropped = ("VLLM_", "TORCHELASTIC_", "LOCAL_WORLD_SIZE", "GROUP_", "ROLE_", "OMP_", "KMP_", "LD_PRELOAD", "CUDA_")
-    return {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -287,7 +314,7 @@ def _launch(out_dir: Path) -> list[tuple[subprocess.Popen, Path]]:
     kills exactly what we started)."""
     port, procs = _free_port(), []
     for rank in (*range(WORLD), "ref"):
-        env = dict(_clean_env(), DS_ACCELERATOR="cpu", TORCHDYNAMO_DISABLE="1", MASTER_ADDR="127.0.0.1",
+        env = dict(clean_child_env(), DS_ACCELERATOR="cpu", TORCHDYNAMO_DISABLE="1", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank),
                    OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
         log = out_dir / f"rank{rank}.log"
@@ -301,19 +328,7 @@ def _launch(out_dir: Path) -> list[tuple[subprocess.Popen, Path]]:
 
 def _wait(procs: list[tuple[subprocess.Popen, Path]], deadline: float) -> None:
     """Wait for both ranks; on timeout or failure kill our process groups and fail with the logs' tails."""
-    failed = []
-    for proc, log in procs:
-        try:
-            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-        if rc != 0:
-            failed.append(f"{log.name}: rc={rc}\n" + log.read_text()[-3000:])
-    if failed:
-        for proc, _ in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session started for this rank only
-        pytest.fail("DeepSpeed workers failed:\n" + "\n".join(failed))
+    wait_ranks(procs, deadline, "DeepSpeed workers")
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from k2post.optim.qk_clip import (
     compute_qk_clip_stats,
     find_attention_layouts,
     plan_qk_clip,
+    recording_real_tokens,
     reduce_per_head_max,
 )
 
@@ -370,3 +371,64 @@ def test_reduce_per_head_max_over_ranks(tmp_path):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert sorted(got) == [0, 2]
         assert got[0].tolist() == [1.0, 6.0] and got[2].tolist() == [3.0, -math.inf]
+
+
+# --------------------------------------------------------------------------- padding never enters S_max
+
+
+def _recorded_padded(model, rows: list[list[int]], pad: int, pad_id: int, real_tokens: bool) -> dict[int, torch.Tensor]:
+    """S_max of one forward over `rows` right-padded by `pad` extra tokens, no attention mask (the RL trainer's call)."""
+    width = max(map(len, rows)) + pad
+    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
+    valid = torch.arange(width)[None, :] < torch.tensor([len(r) for r in rows])[:, None]
+    with MaxLogitRecorder().attach(model) as rec, torch.no_grad():
+        with recording_real_tokens(rec, valid if real_tokens else None):
+            model(input_ids=ids, use_cache=False)
+        return rec.per_head()
+
+
+@pytest.mark.parametrize("flavor", ["tiny-qwen2", "tiny-k2"])
+@pytest.mark.parametrize("pad", [1, 7, 40])
+def test_s_max_does_not_change_with_padding(flavor, pad, tiny_qwen2_dir, tiny_k2_dir):
+    model = load_causal_lm(tiny_qwen2_dir if flavor == "tiny-qwen2" else tiny_k2_dir).eval()
+    rows = [[(7 * i + 3 * t) % 500 + 20 for t in range(n)] for i, n in enumerate([9, 14, 5])]
+    base = _recorded_padded(model, rows, 0, 3, real_tokens=True)
+    padded = _recorded_padded(model, rows, pad, 3, real_tokens=True)
+    for layer in base:
+        torch.testing.assert_close(padded[layer], base[layer], rtol=1e-6, atol=1e-6)
+
+
+def test_padding_counts_without_the_real_token_mask(tiny_qwen2_dir):
+    """The bug the mask fixes: padding query rows of a mask-less forward raise S_max."""
+    model = load_causal_lm(tiny_qwen2_dir).eval()
+    rows = [[(7 * i + 3 * t) % 500 + 20 for t in range(n)] for i, n in enumerate([9, 14, 5])]
+    base = _recorded_padded(model, rows, 0, 3, real_tokens=True)
+    unmasked = _recorded_padded(model, rows, 40, 3, real_tokens=False)
+    assert any(bool((unmasked[layer] > base[layer] + 1e-5).any()) for layer in base)
+
+
+def test_packed_sft_padding_block_never_enters_s_max(tiny_qwen2_dir):
+    """collate's padding block (its own positions) is excluded through batch['token_valid']."""
+    from k2post.sft.packing import Example, build_row, collate, model_inputs
+
+    model = load_causal_lm(tiny_qwen2_dir).eval()
+    examples = [Example(tuple((11 * i + t) % 400 + 20 for t in range(n)), (1,) * n, i, f"e{i}") for i, n in enumerate([6, 9, 4])]
+    short, long = build_row(examples[:1]), build_row(examples[1:])
+
+    def smax(rows):
+        batch = collate(rows, pad_id=3)
+        with MaxLogitRecorder().attach(model) as rec, torch.no_grad():
+            with recording_real_tokens(rec, batch["token_valid"]):
+                model(**model_inputs(batch))
+            return rec.per_head()
+    alone = [smax([short]), smax([long])]
+    together = smax([short, long])  # the short row gets a 7-token padding block
+    for layer in together:
+        torch.testing.assert_close(together[layer], torch.maximum(alone[0][layer], alone[1][layer]), rtol=1e-5, atol=1e-5)
+
+
+def test_real_token_mask_of_the_wrong_shape_is_a_clear_error(tiny_qwen2_dir):
+    model = load_causal_lm(tiny_qwen2_dir).eval()
+    with MaxLogitRecorder().attach(model) as rec, torch.no_grad():
+        with recording_real_tokens(rec, torch.ones(2, 5, dtype=torch.bool)), pytest.raises(ValueError, match="real_tokens mask"):
+            model(input_ids=torch.ones(2, 6, dtype=torch.long), use_cache=False)
