@@ -7,7 +7,9 @@
 Plots (one PNG each): reward, held-out accuracy per environment, response length and truncation
 rate, max attention logit, weight-sync time, time per phase; with the critic in the mix, its
 agreement with the verifier (critic_calibration: held-out and on-policy) and how it judges
-(unparseable, tie, position-A and order-disagreement rates).
+(unparseable, tie, position-A and order-disagreement rates); diagnostics.png, why RL is flat:
+fraction of groups with nonzero advantage, reward std per group, policy entropy, |log pi - log pi_old|,
+grad norm and Muon update RMS (a panel per metric logged).
 """
 
 from __future__ import annotations
@@ -22,12 +24,27 @@ from k2post.sft.metrics import MetricsLog
 PLOTS = {
     "reward": ("reward/mean", "reward/shaped_mean"),
     "heldout_accuracy": ("accuracy",),
-    "length_truncation": ("rollout/response_tokens_mean", "rollout/truncation_rate"),
     "max_logit": ("max_logit",),
     "weight_sync": ("time/push_s",),
     "phase_times": ("time/",),
     "critic_agreement": ("critic_calibration/accuracy", "reward/critic_calibration"),
     "critic_judging": ("critic/unparseable_rate", "critic/tie_rate", "critic/position_a_rate", "critic/order_disagreement_rate"),
+}
+
+# multi-panel figures: name -> (panel title, key prefixes) per panel (scales differ, so one axis each)
+PANELS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "length_truncation": (
+        ("response length (model tokens, mean)", ("rollout/response_tokens_mean",)),
+        ("truncation rate (budget control)", ("rollout/truncation_rate",)),
+    ),
+    "diagnostics": (  # why is RL flat? (docs/RL.md, "Diagnostics")
+        ("groups with nonzero advantage (fraction)", ("rollout/groups_nonzero_adv_frac",)),
+        ("reward std per group", ("rollout/reward_std_",)),
+        ("policy entropy (nats/token)", ("train/entropy",)),
+        ("|log pi - log pi_old| per sequence", ("train/logratio_abs_",)),
+        ("grad norm (L2, before the step)", ("train/grad_norm",)),
+        ("Muon update RMS", ("train/muon_update_rms",)),
+    ),
 }
 
 
@@ -86,8 +103,30 @@ def _series(rows: list[dict[str, Any]], prefixes: tuple[str, ...]) -> dict[str, 
     return out
 
 
+def _draw(plt: Any, title: str, panels: list[tuple[str, dict[str, tuple[list[int], list[float]]]]], path: Path) -> Path:
+    """One figure: a grid of panels (two columns from three panels on), each series a line over iterations."""
+    cols = 1 if len(panels) < 3 else 2
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.5 * rows), squeeze=False)
+    for ax, (panel_title, series) in zip(axes.flat, panels):
+        for key, (xs, ys) in sorted(series.items()):
+            ax.plot(xs, ys, marker=".", label=key)
+        ax.set_xlabel("iteration")
+        ax.set_title(panel_title)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    if len(panels) > 1:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def write_plots(metrics_path: Path, out_dir: Path) -> list[Path]:
-    """One PNG per entry of PLOTS (skipping ones with no data); returns the files written."""
+    """One PNG per entry of PLOTS and of PANELS (panels without data left out, a figure with none skipped);
+    returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,22 +134,12 @@ def write_plots(metrics_path: Path, out_dir: Path) -> list[Path]:
 
     rows = [r for r in read_metrics(metrics_path) if "iteration" in r]
     out_dir.mkdir(parents=True, exist_ok=True)
+    figures = {name: ((name.replace("_", " "), prefixes),) for name, prefixes in PLOTS.items()} | PANELS
     written = []
-    for name, prefixes in PLOTS.items():
-        series = _series(rows, prefixes)
-        if not series:
-            continue
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for key, (xs, ys) in sorted(series.items()):
-            ax.plot(xs, ys, marker=".", label=key)
-        ax.set_xlabel("iteration")
-        ax.set_title(name.replace("_", " "))
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(path)
+    for name, panels in figures.items():
+        with_data = [(title, series) for title, prefixes in panels if (series := _series(rows, prefixes))]
+        if with_data:
+            written.append(_draw(plt, name.replace("_", " "), with_data, out_dir / f"{name}.png"))
     return written
 
 

@@ -150,12 +150,13 @@ def _check_run_dir(run_dir: Path, start_dir: Path) -> None:
     rows = _metrics(run_dir)
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     for key in ("reward/mean", "rollout/truncation_rate", "time/rollout_s", "time/train_s", "time/push_s",
-                "memory/colocated_peak_mib", "train/k15_loss"):
+                "memory/colocated_peak_mib", "train/k15_loss", "rollout/groups_nonzero_adv_frac", "rollout/reward_std_mean"):
         assert all(key in r for r in rows[1:]), key
     assert "eval/instruction_following/accuracy" in rows[0] and "eval/instruction_following/accuracy" in rows[-1]
     assert (run_dir / "config.yaml").is_file() and list((run_dir / "tb").glob("events.out.tfevents.*"))
     assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {"reward.png", "heldout_accuracy.png", "phase_times.png",
-                                                                   "weight_sync.png", "length_truncation.png"}
+                                                                   "weight_sync.png", "length_truncation.png",
+                                                                   "diagnostics.png"}
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter-1", "iter-2", "iter-3"]
     from k2post.models.loading import load_causal_lm
 

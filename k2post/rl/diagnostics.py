@@ -1,0 +1,57 @@
+"""Group-level learning-signal diagnostics: is there anything for the K1.5 loss to learn from?
+
+Pure functions over the (shaped) rewards of the groups an optimizer step trains on:
+
+    row.update(group_diagnostics(rewards_per_group, env_per_group))
+    # {"rollout/groups_nonzero_adv_frac": 0.25, "rollout/reward_std_mean": 0.11, "rollout/reward_std_max": 0.5,
+    #  "rollout/groups_nonzero_adv_frac/math": 0.5, ...}
+
+A group whose K rewards are all equal has advantages r_i - mean(r) == 0 for every sample: its only
+gradient is the tau * logratio brake, so it teaches nothing. When the nonzero-advantage fraction is
+near 0 (every prompt solved by all K samples, or by none), RL is flat whatever the optimizer does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+SIGNAL_TOLERANCE = 1e-6  # rewards closer than this count as equal (float noise of shaping)
+
+
+def group_has_signal(rewards: Sequence[float], tolerance: float = SIGNAL_TOLERANCE) -> bool:
+    """True when some advantage r_i - mean(r) of the group is nonzero (max - min reward > tolerance)."""
+    return len(rewards) > 1 and max(rewards) - min(rewards) > tolerance
+
+
+def group_reward_std(rewards: Sequence[float]) -> float:
+    """Population std of one group's rewards (0.0 for an empty or single-sample group)."""
+    if not rewards:
+        return 0.0
+    mean = sum(rewards) / len(rewards)
+    return math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+
+
+def nonzero_adv_fraction(rewards_per_group: Sequence[Sequence[float]], tolerance: float = SIGNAL_TOLERANCE) -> float:
+    """Share of groups with some nonzero advantage (nan for no groups)."""
+    if not rewards_per_group:
+        return math.nan
+    return sum(group_has_signal(g, tolerance) for g in rewards_per_group) / len(rewards_per_group)
+
+
+def group_diagnostics(
+    rewards_per_group: Sequence[Sequence[float]], env_per_group: Sequence[str], tolerance: float = SIGNAL_TOLERANCE
+) -> dict[str, float]:
+    """`rollout/groups_nonzero_adv_frac` (overall and `/<env>`), `rollout/reward_std_mean|max` over the
+    groups' per-group reward std; {} for no groups (no metric rather than a misleading 0)."""
+    if len(rewards_per_group) != len(env_per_group):
+        raise ValueError(f"{len(rewards_per_group)} groups but {len(env_per_group)} env names")
+    if not rewards_per_group:
+        return {}
+    stds = [group_reward_std(g) for g in rewards_per_group]
+    row = {"rollout/groups_nonzero_adv_frac": nonzero_adv_fraction(rewards_per_group, tolerance),
+           "rollout/reward_std_mean": sum(stds) / len(stds), "rollout/reward_std_max": max(stds)}
+    for env in sorted(set(env_per_group)):
+        mine = [g for g, e in zip(rewards_per_group, env_per_group) if e == env]
+        row[f"rollout/groups_nonzero_adv_frac/{env}"] = nonzero_adv_fraction(mine, tolerance)
+    return row
