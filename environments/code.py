@@ -8,7 +8,7 @@
 Rows (`environments/data/code_tasks.jsonl`, 32 small tasks written for this gym, or
 `data_path`): `id`, `prompt`, `tests` (assert statements), optional `entry_point`, optional
 `solution` (a reference, never shown). The split is a deterministic hash of the id
-(`test_fraction` of the ids are test). The prompt shows the first `show_tests` tests.
+(`test_fraction` of the ids are test, the next `dev_fraction` dev). The prompt shows the first `show_tests` tests.
 
 Scoring: the code is the last ```python (or ```py / untagged) fenced block after any
 `</think>`, else the whole response. It runs in `k2post.sandbox` (fresh uid, namespaces,
@@ -23,7 +23,6 @@ errors, the sandbox outcome, timeouts and the stderr tail. Any response gives a 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -38,6 +37,7 @@ from pydantic import Field
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
+from k2post.envs.splits import check_split, hash_split
 from k2post.sandbox import Sandbox, SandboxConfig, SandboxResult
 
 BUILTIN_DATA = Path(__file__).parent / "data" / "code_tasks.jsonl"
@@ -57,6 +57,7 @@ class CodeConfig(EnvConfig):
 
     data_path: str = Field("", description="JSONL of tasks (id, prompt, tests, entry_point); empty: built-in set.")
     test_fraction: float = Field(0.2, ge=0.0, le=1.0, description="Share of task ids (by hash) in the test split.")
+    dev_fraction: float = Field(0.1, ge=0.0, le=1.0, description="Share of task ids (by hash, next to test) in the dev split.")
     show_tests: int = Field(1, ge=0, description="How many of the tests the prompt shows as examples.")
     all_or_nothing: bool = Field(False, description="Reward 1 only when every test passes (else the fraction).")
     per_test_timeout_s: float = Field(2.0, gt=0, description="Time for loading the solution and for each test.")
@@ -91,10 +92,9 @@ def parse_harness(stdout: str, nonce: str) -> dict[str, dict[str, Any]]:
     return records
 
 
-def split_of(task_id: str, test_fraction: float) -> Split:
-    """Deterministic split from a hash of the id."""
-    bucket = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) / 0x1_0000_0000
-    return "test" if bucket < test_fraction else "train"
+def split_of(task_id: str, test_fraction: float, dev_fraction: float = 0.0) -> Split:
+    """Deterministic split from a hash of the id: test, then dev, then train (`hash_split`)."""
+    return hash_split(task_id, test_fraction, dev_fraction)
 
 
 @cache
@@ -141,7 +141,9 @@ class CodeEnv(Environment):
 
     def _rows(self, split: Split) -> list[dict[str, Any]]:
         path = self.config.data_path or str(BUILTIN_DATA)
-        return [row for row in load_rows(path) if split_of(str(row["id"]), self.config.test_fraction) == split]
+        check_split(self.name, split)
+        fractions = (self.config.test_fraction, self.config.dev_fraction)
+        return [row for row in load_rows(path) if split_of(str(row["id"]), *fractions) == split]
 
     def _prompt(self, row: dict[str, Any]) -> str:
         shown = row["tests"][: self.config.show_tests]
@@ -162,7 +164,7 @@ class CodeEnv(Environment):
         )
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """The split's rows in a seeded order (test: file order); at most n (each row once)."""
+        """The split's rows in a seeded order (dev, test: file order); at most n (each row once); no shifted split."""
         rows = self._rows(split)
         if split == "train":
             random.Random(seed).shuffle(rows)

@@ -22,7 +22,8 @@ Judges (`judge` config):
   ("module:callable") so reward workers can build it from the config.
 
 Tasks: the built-in set `environments/data/faithfulness.jsonl` (20 items written for this gym) or
-`data_path` (JSONL with id, context, question); every `test_every`-th item is held out as test.
+`data_path` (JSONL with id, context, question); every `test_every`-th item is held out as test,
+the item after each as dev (`k2post.envs.splits.every_split`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from environments.answer_extraction import SPECIAL_TOKEN
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
+from k2post.envs.splits import check_split, every_split
 from k2post.llm.client import LLMClient, load_client_factory
 
 BUILTIN_DATA = Path(__file__).parent / "data" / "faithfulness.jsonl"
@@ -205,7 +207,9 @@ class FaithfulnessConfig(EnvConfig):
         default_factory=lambda: {"temperature": 0.0, "max_tokens": 16}, description="llm judge: chat() options."
     )
     data_path: str | None = Field(None, description="JSONL of {id, context, question}; default: the built-in set.")
-    test_every: int = Field(5, ge=2, description="Every test_every-th item (index 0, k, 2k, ...) is held out as test.")
+    test_every: int = Field(
+        5, ge=2, description="Every test_every-th item (index 0, k, 2k, ...) is test, the next one dev (when >= 3)."
+    )
     max_response_chars: int = Field(20000, gt=0, description="Only the first N chars of a response are judged.")
     max_sentences: int = Field(
         32, gt=0, description="Most sentences judged; later content sentences count as unsupported."
@@ -250,10 +254,11 @@ class FaithfulnessEnv(Environment):
         return LLMSentenceJudge(client, dict(self.config.judge_chat_kwargs))
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """Test: every `test_every`-th item, in file order; train: the others, shuffled by seed."""
+        """Test: every `test_every`-th item, dev: the item after each (file order); train: the others,
+        shuffled by seed (no shifted split)."""
+        check_split(self.name, split)
         items = load_items(self.config.data_path or str(BUILTIN_DATA))
-        every = self.config.test_every
-        chosen = [item for index, item in enumerate(items) if (index % every == 0) == (split == "test")]
+        chosen = [item for index, item in enumerate(items) if every_split(index, self.config.test_every) == split]
         if split == "train":
             random.Random(f"faithfulness:{seed}").shuffle(chosen)
         for item in chosen[: n if n is not None else len(chosen)]:

@@ -25,7 +25,7 @@ import abc
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Literal
@@ -36,6 +36,7 @@ from environments.answer_extraction import SPECIAL_TOKEN
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
+from k2post.envs.splits import check_split
 
 Relation = Literal["at least", "at most"]
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+|[.,]\d+)*")
@@ -428,6 +429,8 @@ class InstructionFollowingConfig(EnvConfig):
     test_size: int = Field(200, gt=0, description="Size of the fixed held-out test set.")
     train_seed: int = Field(0, description="Base seed of the train stream (combined with the `seed` argument).")
     test_seed: int = Field(1, description="Seed of the held-out test set.")
+    dev_size: int = Field(200, gt=0, description="Size of the fixed dev set (for choosing settings; no test prompt).")
+    dev_seed: int = Field(2, description="Seed of the dev set.")
 
     @model_validator(mode="after")
     def _check(self) -> InstructionFollowingConfig:
@@ -464,15 +467,25 @@ class InstructionFollowingEnv(Environment):
             metadata={"base_instruction": base, "kinds": [constraint.kind for constraint in constraints]},
         )
 
-    @cached_property
-    def _test_set(self) -> dict[str, tuple[str, list[Constraint]]]:
-        rng, rows = random.Random(f"if-test:{self.config.test_seed}"), {}
-        for _ in range(self.config.test_size * 50):
-            if len(rows) >= self.config.test_size:
+    def _fixed_set(self, tag: str, size: int, exclude: Collection[str]) -> dict[str, tuple[str, list[Constraint]]]:
+        """`size` distinct prompts (none in `exclude`) of a seeded stream (bounded draws)."""
+        rng, rows = random.Random(tag), {}
+        for _ in range(size * 50):
+            if len(rows) >= size:
                 break
             base, constraints = self._draw(rng)
-            rows.setdefault(build_prompt(base, constraints), (base, constraints))
+            prompt = build_prompt(base, constraints)
+            if prompt not in exclude:
+                rows.setdefault(prompt, (base, constraints))
         return rows
+
+    @cached_property
+    def _test_set(self) -> dict[str, tuple[str, list[Constraint]]]:
+        return self._fixed_set(f"if-test:{self.config.test_seed}", self.config.test_size, ())
+
+    @cached_property
+    def _dev_set(self) -> dict[str, tuple[str, list[Constraint]]]:
+        return self._fixed_set(f"if-dev:{self.config.dev_seed}", self.config.dev_size, self._test_set)
 
     def _train_rows(self, seed: int, n: int) -> Iterator[tuple[str, list[Constraint]]]:
         rng, produced = random.Random(f"if-train:{self.config.train_seed}:{seed}"), 0
@@ -480,24 +493,26 @@ class InstructionFollowingEnv(Environment):
             if produced >= n:
                 return
             base, constraints = self._draw(rng)
-            if build_prompt(base, constraints) not in self._test_set:
+            prompt = build_prompt(base, constraints)
+            if prompt not in self._test_set and prompt not in self._dev_set:
                 produced += 1
                 yield base, constraints
         if produced == 0:
             raise ValueError(
-                f"instruction_following: every train prompt drawn is a held-out test prompt: constraint_kinds "
+                f"instruction_following: every train prompt drawn is a held-out dev/test prompt: constraint_kinds "
                 f"{self.config.constraint_kinds} with max_constraints={self.config.max_constraints} give too few distinct "
-                f"prompts for test_size={self.config.test_size}; lower test_size or allow more kinds / constraints")
+                f"prompts for test_size={self.config.test_size} + dev_size={self.config.dev_size}; lower test_size and "
+                f"dev_size or allow more kinds / constraints")
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """Train: a seeded stream without test prompts; test: the fixed held-out set."""
-        if split == "test":
-            count = self.config.test_size if n is None else n
-            rows: Iterator[tuple[str, list[Constraint]]] = iter(list(self._test_set.values())[:count])
-            prefix = "test"
-        else:
+        """Train: a seeded stream without dev/test prompts; dev, test: fixed sets (no shifted split)."""
+        check_split(self.name, split)
+        if split == "train":
             count = self.config.train_size if n is None else n
             rows, prefix = self._train_rows(seed, count), f"train-s{seed}"
+        else:
+            fixed = list((self._test_set if split == "test" else self._dev_set).values())
+            rows, prefix = iter(fixed if n is None else fixed[:n]), split
         for index, (base, constraints) in enumerate(rows):
             yield self._task(f"if-{prefix}-{index}", base, constraints)
 

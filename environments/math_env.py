@@ -5,10 +5,15 @@
     env.score(task, "17 + 25 = \\boxed{42}")       # value 1.0, breakdown {"correct": 1, "format": 1}
 
 Tasks come from a seeded generator (deterministic per seed) or, when `hf_dataset_path` is set,
-from a HF `datasets` dataset saved on disk (`save_to_disk`; nothing is downloaded). The test
-split is a fixed held-out set (`test_seed`, `test_size`; the `seed` argument does not change
-it) and the train split never yields one of its questions, so the splits are disjoint for
-every seed.
+from a HF `datasets` dataset saved on disk (`save_to_disk`; nothing is downloaded). Splits
+(`k2post.envs.splits`): test and dev are fixed held-out sets (`test_seed`/`test_size`,
+`dev_seed`/`dev_size`; the `seed` argument does not change them, dev never repeats a test
+question) and the train stream never yields one of their questions, so the splits are disjoint
+by question text for every seed. `shifted` (generator only) asks larger numbers
+(`shifted_difficulty`, default difficulty + 1) and/or unseen kinds (`shifted_problem_types`);
+a shifted question of a trained kind has a number the train difficulty cannot produce, so it is
+never a train question. An on-disk dataset's dev/test are its `validation`/`test` splits, else
+carved out by question hash (`hf_dev_fraction`, `hf_test_fraction`).
 
 Scoring: the answer is extracted (`answer_extraction`, order configurable), compared as an exact
 number first, then with math-verify (`verify(parse(gold), parse(pred))`, its signal timeouts
@@ -28,7 +33,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 # math-verify warns that its own timeouts are off; the reward workers' per-call timeout replaces them.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -44,10 +49,15 @@ from environments.answer_extraction import (
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
+from k2post.envs.splits import SPLITS, check_split, split_of_bucket
 
 ProblemType = Literal["add", "sub", "mul", "div", "word", "linear"]
 PROBLEM_TYPES: tuple[ProblemType, ...] = ("add", "sub", "mul", "div", "word", "linear")
 MAX_VERIFY_CHARS = 300
+HF_SPLIT_NAMES: dict[str, tuple[str, ...]] = {"train": ("train",), "dev": ("validation", "dev"), "test": ("test",)}
+"""Names of an on-disk DatasetDict's splits that serve as our train / dev / test."""
+Row = tuple[str, str, dict[str, Any]]
+"""(question, gold answer, metadata) of one task."""
 _EXPLOSIVE = re.compile(
     r"(?:\^|\*\*)\s*(?:\{[^{}]*(?:\^|\*\*)|\([^()]*(?:\^|\*\*)|[\w.]+\s*(?:\^|\*\*))"  # power towers
     r"|(?:\^|\*\*)\s*[{(]?\s*\d{5,}"  # huge exponents
@@ -64,8 +74,18 @@ class MathConfig(EnvConfig):
     )
     train_size: int = Field(10000, gt=0, description="Train tasks yielded when `n` is not given.")
     test_size: int = Field(200, gt=0, description="Size of the fixed held-out test set.")
+    dev_size: int = Field(200, gt=0, description="Size of the fixed dev set (for choosing settings; disjoint from test).")
+    shifted_size: int = Field(200, gt=0, description="Size of the fixed shifted set (generalization; see shifted_*).")
     train_seed: int = Field(0, description="Base seed of the train stream (combined with the `seed` argument).")
     test_seed: int = Field(1, description="Seed of the held-out test set.")
+    dev_seed: int = Field(2, description="Seed of the dev set.")
+    shifted_seed: int = Field(3, description="Seed of the shifted set.")
+    shifted_difficulty: int | None = Field(
+        None, ge=1, le=5, description="Difficulty of the shifted split (null: difficulty + 1, at most 5)."
+    )
+    shifted_problem_types: list[ProblemType] | None = Field(
+        None, min_length=1, description="Problem kinds of the shifted split (null: problem_types; others are unseen kinds)."
+    )
     instruction: str = Field(
         "Put your final answer in \\boxed{}.", description="Appended to every question on its own line."
     )
@@ -88,6 +108,15 @@ class MathConfig(EnvConfig):
     hf_test_fraction: float = Field(
         0.1, gt=0.0, lt=1.0, description="Held-out fraction (by question hash) when the dataset has no test split."
     )
+    hf_dev_fraction: float = Field(
+        0.1, gt=0.0, lt=1.0, description="Dev fraction (by question hash) when the dataset has no validation/dev split."
+    )
+
+    @model_validator(mode="after")
+    def _check_fractions(self) -> MathConfig:
+        if self.hf_test_fraction + self.hf_dev_fraction >= 1.0:
+            raise ValueError("hf_test_fraction + hf_dev_fraction must be below 1 (train needs the rest)")
+        return self
 
 
 # ---------------------------------------------------------------- problem generators
@@ -156,6 +185,24 @@ GENERATORS: dict[str, Callable[[random.Random, int], tuple[str, int]]] = {
 }
 
 
+_INTEGER = re.compile(r"\d+")
+
+
+def largest_number(kind: str, difficulty: int) -> int:
+    """The largest integer (in absolute value) a `kind` question shows at `difficulty`."""
+    if kind in ("div", "linear"):  # b * q, or a * x + b
+        return max(10, 10 ** (difficulty - 1)) * 10**difficulty + (10**difficulty if kind == "linear" else 0)
+    return 10**difficulty
+
+
+def in_support(question: str, kind: str, kinds: list[ProblemType], difficulty: int) -> bool:
+    """Whether generators of `kinds` at `difficulty` could print `question` (each kind has its own
+    wording, so a question of another kind never collides); a larger number proves it cannot."""
+    if kind not in kinds:
+        return False
+    return max((int(number) for number in _INTEGER.findall(question)), default=0) <= largest_number(kind, difficulty)
+
+
 # ---------------------------------------------------------------- answer checking
 
 
@@ -207,13 +254,15 @@ class MathEnv(Environment):
 
     # ------------------------------------------------------------ tasks
 
-    def _generate(self, rng: random.Random) -> tuple[str, str, str]:
-        kind = rng.choice(self.config.problem_types)
-        question, answer = GENERATORS[kind](rng, self.config.difficulty)
+    def _generate(
+        self, rng: random.Random, difficulty: int | None = None, kinds: list[ProblemType] | None = None
+    ) -> tuple[str, str, str]:
+        kind = rng.choice(kinds or self.config.problem_types)
+        question, answer = GENERATORS[kind](rng, difficulty or self.config.difficulty)
         return question, str(answer), kind
 
-    def _meta(self, kind: str) -> dict[str, Any]:
-        return {"difficulty": self.config.difficulty, "problem_type": kind, "source": "generator"}
+    def _meta(self, kind: str, difficulty: int | None = None) -> dict[str, Any]:
+        return {"difficulty": difficulty or self.config.difficulty, "problem_type": kind, "source": "generator"}
 
     def _make_task(self, task_id: str, question: str, answer: str, meta: dict[str, Any]) -> Task:
         content = f"{question}\n{self.config.instruction}" if self.config.instruction else question
@@ -226,28 +275,66 @@ class MathEnv(Environment):
             metadata={"question": question, **meta},
         )
 
+    def shift(self) -> tuple[int, list[ProblemType]]:
+        """(difficulty, problem kinds) of the shifted split; raises when they are no shift."""
+        cfg = self.config
+        difficulty = cfg.shifted_difficulty or min(cfg.difficulty + 1, 5)
+        kinds = list(cfg.shifted_problem_types or cfg.problem_types)
+        if difficulty <= cfg.difficulty and set(kinds) <= set(cfg.problem_types):
+            raise ValueError(
+                f"math: the shifted split needs shifted_difficulty above difficulty {cfg.difficulty} "
+                f"or shifted_problem_types outside {cfg.problem_types}"
+            )
+        return difficulty, kinds
+
+    def _fixed_rows(
+        self, tag: str, size: int, keep: Callable[[str, str], bool], shift: tuple[int, list[ProblemType]] | None = None
+    ) -> list[Row]:
+        """`size` distinct generated questions that `keep(question, kind)` accepts (bounded draws)."""
+        difficulty, kinds = shift or (None, None)
+        rng = random.Random(tag)
+        rows: dict[str, Row] = {}
+        for _ in range(size * 50):
+            if len(rows) >= size:
+                break
+            question, answer, kind = self._generate(rng, difficulty, kinds)
+            if keep(question, kind):
+                rows.setdefault(question, (question, answer, self._meta(kind, difficulty)))
+        return list(rows.values())
+
     @cached_property
-    def _test_rows(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def _test_rows(self) -> list[Row]:
         if self.config.hf_dataset_path:
             return self._hf_rows("test")[: self.config.test_size]
-        rng = random.Random(f"math-test:{self.config.test_seed}")
-        rows: dict[str, tuple[str, str, dict[str, Any]]] = {}
-        for _ in range(self.config.test_size * 50):
-            if len(rows) >= self.config.test_size:
-                break
-            question, answer, kind = self._generate(rng)
-            rows.setdefault(question, (question, answer, self._meta(kind)))
-        return list(rows.values())
+        return self._fixed_rows(f"math-test:{self.config.test_seed}", self.config.test_size, lambda q, k: True)
 
     @cached_property
     def _test_questions(self) -> frozenset[str]:
         return frozenset(row[0] for row in self._test_rows)
 
-    def _train_rows(self, seed: int, n: int) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    @cached_property
+    def _dev_rows(self) -> list[Row]:
+        if self.config.hf_dataset_path:
+            rows = [row for row in self._hf_rows("dev") if row[0] not in self._test_questions]
+            return rows[: self.config.dev_size]
+        keep = lambda question, kind: question not in self._test_questions  # noqa: E731
+        return self._fixed_rows(f"math-dev:{self.config.dev_seed}", self.config.dev_size, keep)
+
+    @cached_property
+    def _held_out_questions(self) -> frozenset[str]:
+        return self._test_questions | {row[0] for row in self._dev_rows}
+
+    @cached_property
+    def _shifted_rows(self) -> list[Row]:
+        cfg = self.config
+        keep = lambda question, kind: not in_support(question, kind, cfg.problem_types, cfg.difficulty)  # noqa: E731
+        return self._fixed_rows(f"math-shifted:{cfg.shifted_seed}", cfg.shifted_size, keep, self.shift())
+
+    def _train_rows(self, seed: int, n: int) -> Iterator[Row]:
         if self.config.hf_dataset_path:
             rows = self._hf_rows("train")
             random.Random(f"math-train:{self.config.train_seed}:{seed}").shuffle(rows)
-            yield from (row for row in rows[:n] if row[0] not in self._test_questions)
+            yield from (row for row in rows[:n] if row[0] not in self._held_out_questions)
             return
         rng = random.Random(f"math-train:{self.config.train_seed}:{seed}")
         produced = 0
@@ -255,42 +342,51 @@ class MathEnv(Environment):
             if produced >= n:
                 return
             question, answer, kind = self._generate(rng)
-            if question not in self._test_questions:
+            if question not in self._held_out_questions:
                 produced += 1
                 yield question, answer, self._meta(kind)
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """Train: a seeded stream without test questions; test: the fixed held-out set."""
-        if split == "test":
-            count = self.config.test_size if n is None else n
-            rows: Iterator[tuple[str, str, dict[str, Any]]] = iter(self._test_rows[:count])
-            prefix = "test"
-        else:
+        """Train: a seeded stream without dev/test questions; dev, test, shifted: fixed sets."""
+        check_split(self.name, split, SPLITS)
+        if split == "shifted" and self.config.hf_dataset_path:
+            raise ValueError("math: split 'shifted' needs the generator (hf_dataset_path is set)")
+        if split == "train":
             count = self.config.train_size if n is None else n
             rows, prefix = self._train_rows(seed, count), f"train-s{seed}"
+        else:
+            fixed: list[Row] = getattr(self, f"_{split}_rows")
+            rows, prefix = iter(fixed if n is None else fixed[:n]), split
         for index, (question, answer, meta) in enumerate(rows):
             yield self._make_task(f"math-{prefix}-{index}", question, answer, meta)
 
     # ------------------------------------------------------------ on-disk HF dataset
 
-    def _hf_rows(self, split: Split) -> list[tuple[str, str, dict[str, Any]]]:
+    def _hf_rows(self, split: str) -> list[Row]:
+        """Rows of a split: the dataset's own split of that name, else its share of the pool by hash."""
         from datasets import Dataset, DatasetDict, load_from_disk
 
         data = load_from_disk(self.config.hf_dataset_path)
+        explicit: set[str] = set()
         if isinstance(data, DatasetDict):
-            if split in data:
-                return self._rows_of(data[split], split, by_hash=False)
+            explicit = {split_name for split_name, names in HF_SPLIT_NAMES.items() if any(name in data for name in names)}
+            if split in explicit and split != "train":
+                return self._rows_of(next(data[name] for name in HF_SPLIT_NAMES[split] if name in data))
             data = data["train"] if "train" in data else next(iter(data.values()))
         assert isinstance(data, Dataset)
-        return self._rows_of(data, split, by_hash=True)
+        return [row for row in self._rows_of(data) if self._hash_split(row[0], explicit) == split]
 
-    def _rows_of(self, data: Any, split: Split, by_hash: bool) -> list[tuple[str, str, dict[str, Any]]]:
-        cut = int(self.config.hf_test_fraction * 1000)
+    def _hash_split(self, question: str, explicit: set[str]) -> str:
+        """A pool question's split by hash; a share whose split the dataset has explicitly is train."""
+        bucket = _question_hash(question) % 1000 / 1000
+        split = split_of_bucket(bucket, self.config.hf_test_fraction, self.config.hf_dev_fraction)
+        return "train" if split in explicit else split
+
+    def _rows_of(self, data: Any) -> list[Row]:
         rows, seen = [], set()
         for row in data:
             question = str(row[self.config.hf_question_field]).strip()
-            in_test = _question_hash(question) % 1000 < cut
-            if question in seen or (by_hash and in_test != (split == "test")):
+            if question in seen:
                 continue
             seen.add(question)
             answer = gold_from_solution(str(row[self.config.hf_answer_field]))

@@ -11,8 +11,14 @@ entry is scored as stored; otherwise the scorer rebuilds the dataset (cached per
 takes the entry at that index: reasoning-gym entries are generated from
 `seed + index`, so this is cheap and exact.
 
-The test split is a fixed held-out set (`test_seed`, `test_size`; the `seed` argument does not
-change it); train datasets are seeded `train_seed + seed * size` and skip every test question.
+Splits (`k2post.envs.splits`): test and dev are fixed sets (`test_seed`/`test_size`,
+`dev_seed`/`dev_size`; the `seed` argument does not change them) of distinct questions, drawn
+from datasets `HELD_OUT_OVERSAMPLE` times their size; dev skips test questions; train datasets
+are seeded `train_seed + seed * size` and skip every dev and test question. `shifted` is a fixed
+set (`shifted_seed`/`shifted_size`) of the dataset under `shifted_config` (overrides of
+dataset_config); by default the first `min_X`/`max_X` integer range of the dataset's config
+moves just past the train range (chain_sum with 2-3 terms: exactly 4 terms, +1 term), so no
+shifted question is a train question.
 The answer is read with `answer_extraction` (default: last `\\boxed{}`, else the last line),
 NFKC-normalised (full-width digits, Unicode minus) and handed to the dataset's scorer as is, so
 its semantics hold (e.g. basic_arithmetic gives partial credit 0.5 for "-4.0" against "-4");
@@ -21,10 +27,12 @@ a scorer that raises on junk gives 0 with the error in `info`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -34,9 +42,12 @@ from environments.answer_extraction import DEFAULT_TAIL_CHARS, ExtractionMethod,
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
+from k2post.envs.splits import SPLITS, check_split
 
 DEFAULT_INSTRUCTION = "Give only the final answer, inside \\boxed{} or alone on the last line."
 ERROR_CHARS = 300
+HELD_OUT_OVERSAMPLE = 4
+"""A fixed split of size N takes its first N distinct questions from a dataset of N * this entries."""
 
 
 class ReasoningGymConfig(EnvConfig):
@@ -47,9 +58,18 @@ class ReasoningGymConfig(EnvConfig):
         default_factory=dict, description="Keyword config of the dataset (its config class fields, minus seed/size)."
     )
     size: int = Field(1000, gt=0, description="Train dataset size (tasks yielded when `n` is not given).")
-    test_size: int = Field(100, gt=0, description="Size of the fixed held-out test set.")
+    test_size: int = Field(200, gt=0, description="Distinct questions of the fixed held-out test set.")
+    dev_size: int = Field(200, gt=0, description="Distinct questions of the fixed dev set (for choosing settings).")
+    shifted_size: int = Field(200, gt=0, description="Distinct questions of the fixed shifted set (generalization).")
     train_seed: int = Field(0, description="Base seed of train datasets; split seed s uses train_seed + s * size.")
     test_seed: int = Field(1_000_000_007, description="Seed of the test dataset (far from the train seeds).")
+    dev_seed: int = Field(2_000_000_011, description="Seed of the dev dataset (far from the train and test seeds).")
+    shifted_seed: int = Field(3_000_000_019, description="Seed of the shifted dataset.")
+    shifted_config: dict[str, Any] | None = Field(
+        None,
+        description="Overrides of dataset_config for the shifted split (null: the first min_X/max_X integer range "
+        "of the dataset's config moves just past train's, min_X = max_X = train max_X + 1: +1 term for chain_sum).",
+    )
     instruction: str = Field(DEFAULT_INSTRUCTION, description="Appended to the question on its own paragraph.")
     extraction_order: list[ExtractionMethod] = Field(
         default_factory=lambda: ["boxed", "last_line"], min_length=1, description="Answer extraction methods, in order."
@@ -72,6 +92,34 @@ def _dataset(name: str, config_json: str, seed: int, size: int) -> Any:
     import reasoning_gym
 
     return reasoning_gym.create_dataset(name, seed=seed, size=size, **json.loads(config_json))
+
+
+def derived_shift(dataset: str, dataset_config: dict[str, Any]) -> dict[str, Any]:
+    """Default shifted config: the first min_X/max_X integer range of the dataset's config (field order:
+    terms before digits for chain_sum and basic_arithmetic) set to exactly train's max_X + 1."""
+    from reasoning_gym.factory import DATASETS
+
+    config_cls = DATASETS[dataset][1]
+    values = {f.name: getattr(config_cls(**dataset_config), f.name) for f in dataclasses.fields(config_cls)}
+    ints = {key: value for key, value in values.items() if isinstance(value, int) and not isinstance(value, bool)}
+    pairs = [key[4:] for key in ints if key.startswith("max_") and f"min_{key[4:]}" in ints]
+    if not pairs:
+        raise ValueError(f"reasoning_gym: dataset {dataset!r} has no min_*/max_* integer range to shift: set shifted_config")
+    top = ints[f"max_{pairs[0]}"] + 1
+    return {**dataset_config, f"min_{pairs[0]}": top, f"max_{pairs[0]}": top}
+
+
+@dataclass(frozen=True)
+class FixedSet:
+    """A fixed split: the dataset it comes from and its (index, entry) pairs of distinct questions."""
+
+    seed: int
+    config_json: str
+    size: int
+    items: tuple[tuple[int, dict[str, Any]], ...]
+
+    def questions(self) -> frozenset[str]:
+        return frozenset(str(entry["question"]) for _, entry in self.items)
 
 
 def json_entry(entry: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -111,27 +159,55 @@ class ReasoningGymEnv(Environment):
     def _config_json(self) -> str:
         return json.dumps(self.config.dataset_config, sort_keys=True)
 
-    def _source(self, split: Split, seed: int, size: int) -> tuple[int, Any]:
-        ds_seed = self.config.test_seed if split == "test" else self.config.train_seed + seed * self.config.size
-        return ds_seed, _dataset(self.config.dataset, self._config_json, ds_seed, size)
+    def shifted_config(self) -> dict[str, Any]:
+        """The dataset config of the shifted split (`shifted_config` over dataset_config, or derived)."""
+        if self.config.shifted_config is not None:
+            return {**self.config.dataset_config, **self.config.shifted_config}
+        return derived_shift(self.config.dataset, self.config.dataset_config)
+
+    def _fixed_set(self, seed: int, config_json: str, count: int, exclude: frozenset[str]) -> FixedSet:
+        """The first `count` distinct questions (none in `exclude`) of a dataset `HELD_OUT_OVERSAMPLE` x larger."""
+        size = count * HELD_OUT_OVERSAMPLE
+        data = _dataset(self.config.dataset, config_json, seed, size)
+        items: list[tuple[int, dict[str, Any]]] = []
+        seen = set(exclude)
+        for index in range(size):
+            if len(items) >= count:
+                break
+            entry = data[index]
+            if str(entry["question"]) not in seen:
+                seen.add(str(entry["question"]))
+                items.append((index, entry))
+        return FixedSet(seed, config_json, size, tuple(items))
 
     @cached_property
-    def _test_questions(self) -> frozenset[str]:
-        _, data = self._source("test", 0, self.config.test_size)
-        return frozenset(str(data[i]["question"]) for i in range(self.config.test_size))
+    def _test_set(self) -> FixedSet:
+        return self._fixed_set(self.config.test_seed, self._config_json, self.config.test_size, frozenset())
 
-    def _make_task(self, split: Split, seed: int, index: int, entry: dict[str, Any], ds_seed: int, size: int) -> Task:
+    @cached_property
+    def _dev_set(self) -> FixedSet:
+        return self._fixed_set(self.config.dev_seed, self._config_json, self.config.dev_size, self._test_set.questions())
+
+    @cached_property
+    def _shifted_set(self) -> FixedSet:
+        config_json = json.dumps(self.shifted_config(), sort_keys=True)
+        return self._fixed_set(self.config.shifted_seed, config_json, self.config.shifted_size, frozenset())
+
+    @cached_property
+    def _held_out_questions(self) -> frozenset[str]:
+        return self._test_set.questions() | self._dev_set.questions()
+
+    def _make_task(self, prefix: str, index: int, entry: dict[str, Any], source: FixedSet) -> Task:
         question = str(entry["question"])
         content = f"{question}\n\n{self.config.instruction}" if self.config.instruction else question
         meta: dict[str, Any] = {
             "dataset": self.config.dataset,
-            "dataset_config": json.loads(self._config_json),
-            "dataset_seed": ds_seed,
-            "dataset_size": size,
+            "dataset_config": json.loads(source.config_json),
+            "dataset_seed": source.seed,
+            "dataset_size": source.size,
             "index": index,
         }
         meta["entry"], meta["entry_exact"] = json_entry(entry)
-        prefix = "test" if split == "test" else f"train-s{seed}"
         return Task(
             id=f"rg-{self.config.dataset}-{prefix}-{index}",
             env=self.name,
@@ -141,23 +217,31 @@ class ReasoningGymEnv(Environment):
             metadata=meta,
         )
 
-    def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """Up to `n` tasks (default: the split's size); train skips test questions, test dedupes."""
-        size = self.config.test_size if split == "test" else max(1, self.config.size if n is None else n)
-        limit = size if n is None else min(n, size)
-        ds_seed, data = self._source(split, seed, size)
-        seen: set[str] = set() if split == "test" else set(self._test_questions)
+    def _train_tasks(self, seed: int, n: int | None) -> Iterator[Task]:
+        size = max(1, self.config.size if n is None else n)
+        source = FixedSet(self.config.train_seed + seed * self.config.size, self._config_json, size, ())
+        data = _dataset(self.config.dataset, source.config_json, source.seed, size)
         produced = 0
         for index in range(size):
-            if produced >= limit:
-                return
             entry = data[index]
-            if str(entry["question"]) in seen:
-                continue
-            if split == "test":
-                seen.add(str(entry["question"]))
-            produced += 1
-            yield self._make_task(split, seed, index, entry, ds_seed, size)
+            if str(entry["question"]) not in self._held_out_questions:
+                produced += 1
+                yield self._make_task(f"train-s{seed}", index, entry, source)
+        if produced == 0:
+            raise ValueError(
+                f"reasoning_gym: every train question of {self.config.dataset} {self.config.dataset_config} is a dev/test "
+                f"question: too few distinct questions for test_size={self.config.test_size} + dev_size="
+                f"{self.config.dev_size}; widen dataset_config or lower them")
+
+    def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
+        """Up to `n` tasks (default: the split's size); train skips dev/test questions; fixed sets are distinct."""
+        check_split(self.name, split, SPLITS)
+        if split == "train":
+            yield from self._train_tasks(seed, n)
+            return
+        fixed: FixedSet = getattr(self, f"_{split}_set")
+        for index, entry in fixed.items[: len(fixed.items) if n is None else max(n, 0)]:
+            yield self._make_task(split, index, entry, fixed)
 
     # ------------------------------------------------------------ scoring
 

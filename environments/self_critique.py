@@ -13,7 +13,7 @@ orders, aggregated by win rate or Bradley-Terry, minus the prescriptive detector
 The judge is the policy's own engine (`judge: policy`, handed in by the rollout actor) or any
 OpenAI-compatible endpoint (`judge: http`). `score` alone cannot compare anything: it returns
 1 minus the prescriptive penalty (the deterministic half of the critic), which is what
-`k2post eval` and golden tests see. Every 5th prompt (by file order) is held out as test.
+`k2post eval` and golden tests see. Every 5th prompt (by file order) is held out as test, the one after each as dev.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, GroupScoredEnvironment, Reward, Split, Task
 from k2post.envs.registry import register_environment
+from k2post.envs.splits import check_split, every_split
 from k2post.llm.http_client import HTTPClientConfig
 from rubrics.critic import Critic, CriticConfig
 from rubrics.detectors import prescriptive_penalty
@@ -42,7 +43,7 @@ class SelfCritiqueConfig(EnvConfig):
     """Config of the `self_critique` environment."""
 
     prompts_path: str | None = Field(None, description="JSONL of {id, prompt, rubrics: [text, ...]}; default: the shipped set.")
-    test_every: int = Field(5, ge=2, description="Every test_every-th prompt (file order) is held out as test.")
+    test_every: int = Field(5, ge=2, description="Every test_every-th prompt (file order) is test, the next one dev (when >= 3).")
     judge: Literal["policy", "http"] = Field(
         "policy", description="Who judges: the policy's own engine (K2's actor = critic) or an OpenAI-compatible endpoint."
     )
@@ -86,9 +87,11 @@ class SelfCritiqueEnv(GroupScoredEnvironment):
                     messages=[Message(role="user", content=row["prompt"])], metadata={"rubrics": row["rubrics"]})
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """Test: every test_every-th prompt in file order; train: the others, shuffled by seed."""
+        """Test: every test_every-th prompt, dev: the prompt after each (file order); train: the
+        others, shuffled by seed (no shifted split)."""
+        check_split(self.name, split)
         rows = load_prompts(self.config.prompts_path or str(BUILTIN_PROMPTS))
-        chosen = [row for index, row in enumerate(rows) if (index % self.config.test_every == 0) == (split == "test")]
+        chosen = [row for index, row in enumerate(rows) if every_split(index, self.config.test_every) == split]
         if split == "train":
             random.Random(f"self_critique:{seed}").shuffle(chosen)
         for row in chosen[: len(chosen) if n is None else max(n, 0)]:

@@ -1,7 +1,12 @@
 """Multi-turn tool-use gym over stateful simulated toolsets (file system, calendar, bank).
 
-Each task comes from a template of `environments.toolsets` (deterministic per seed; train and
-test are disjoint by a hash of the task's content). `Task.answer` is the Scenario dump: initial
+Each task comes from a template of `environments.toolsets` (deterministic per seed). Splits
+(`k2post.envs.splits`): train, dev and test are disjoint by a hash of the task's content
+(template, prompt, initial state: `scenario_split`, shared with SFT synthesis); dev and test
+hold distinct scenarios. `shifted` draws unseen templates (`shifted_templates`, default: the
+configured toolsets' templates left out of `templates`, else the other toolsets'), from the
+test share of the hash only, so no config with these fractions ever trains on a shifted task.
+`Task.answer` is the Scenario dump: initial
 toolset state, success checks on the final state, checkpoints, expected answer substrings and a
 reference solution. An episode:
 
@@ -34,11 +39,13 @@ from environments.toolsets import (
 )
 from environments.toolsets.base import ERROR_PREFIX, is_error
 from environments.toolsets.checks import (
+    DEV_FRACTION,
     Scenario,
     ToolCallRecord,
     answer_matches,
     check_checkpoint,
     check_state,
+    scenario_key,
     scenario_split,
 )
 from k2post.chat.parse import ToolCallParseError, parse_assistant
@@ -46,6 +53,7 @@ from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
 from k2post.chat.types import Message, ToolCall, ToolSpec, content_text, dump_json, format_call_id
 from k2post.envs.base import EnvConfig, MultiTurnEnvironment, Reward, Split, StepResult, Task
 from k2post.envs.registry import register_environment
+from k2post.envs.splits import SPLITS, check_split
 
 SYSTEM_PROMPT = (
     "You are an assistant that completes the user's request by calling the tools of {what}. "
@@ -85,10 +93,22 @@ class ToolUseConfig(EnvConfig):
     test_fraction: float = Field(
         0.1, gt=0.0, lt=1.0, description="Share of the task space held out as test."
     )
+    dev_fraction: float = Field(
+        DEV_FRACTION, gt=0.0, lt=1.0, description="Share of the task space held out as dev."
+    )
     train_size: int = Field(
         5000, ge=1, description="Tasks of the train split when `n` is not given."
     )
     test_size: int = Field(200, ge=1, description="Tasks of the test split when `n` is not given.")
+    dev_size: int = Field(200, ge=1, description="Tasks of the dev split when `n` is not given.")
+    shifted_size: int = Field(
+        200, ge=1, description="Tasks of the shifted split when `n` is not given."
+    )
+    shifted_templates: list[str] | None = Field(
+        None,
+        description="Unseen templates of the shifted split (null: the templates of `toolsets` left "
+        "out of `templates`, else those of the other toolsets); none may be a trained one.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ToolUseConfig:
@@ -109,6 +129,22 @@ class ToolUseConfig(EnvConfig):
             raise ValueError(
                 f"templates {sorted(set(self.templates) - allowed)} "
                 f"are not in toolsets {self.toolsets}"
+            )
+        if self.test_fraction + self.dev_fraction >= 1.0:
+            raise ValueError("test_fraction + dev_fraction must be below 1 (train needs the rest)")
+        return self._check_shift(allowed)
+
+    def _check_shift(self, allowed: set[str]) -> ToolUseConfig:
+        """Shifted templates must be known and never trained on."""
+        if self.shifted_templates is None:
+            return self
+        trained = set(self.templates or allowed)
+        unknown = sorted(set(self.shifted_templates) - set(TEMPLATES))
+        seen = sorted(set(self.shifted_templates) & trained)
+        if unknown or seen or not self.shifted_templates:
+            raise ValueError(
+                f"shifted_templates must be known templates that are not trained on: unknown "
+                f"{unknown}, trained {seen}"
             )
         return self
 
@@ -244,20 +280,41 @@ class ToolUseEnv(MultiTurnEnvironment):
         """The tools of the task's toolset."""
         return TOOLSETS[Scenario.model_validate(task.answer).toolset].tools()
 
+    def shifted_template_names(self) -> list[str]:
+        """The unseen templates shifted tasks are drawn from (see `shifted_templates`)."""
+        if self.config.shifted_templates is not None:
+            return list(self.config.shifted_templates)
+        trained = set(self.template_names())
+        same = [n for ts in self.config.toolsets for n in TEMPLATES_BY_TOOLSET[ts] if n not in trained]
+        other = [n for ts in TOOLSETS if ts not in self.config.toolsets for n in TEMPLATES_BY_TOOLSET[ts]]
+        if not (same or other):
+            raise ValueError(
+                "tool_use: split 'shifted' has no unseen template (every template is trained on): "
+                "set shifted_templates or restrict toolsets/templates"
+            )
+        return same or other
+
     def split_of(self, scenario: Scenario) -> Split:
         """Which split a scenario belongs to: a hash of its prompt and initial state."""
-        return scenario_split(scenario, self.config.test_fraction)
+        return scenario_split(scenario, self.config.test_fraction, self.config.dev_fraction)
 
-    def make_task(self, split: Split, seed: int, index: int) -> Task:
-        """Task `index` of a split for `seed` (the first generated scenario of that split)."""
-        names = self.template_names()
+    def draw(self, split: Split, seed: int, index: int, skip: set[str] | None = None) -> tuple[str, Scenario]:
+        """(task id, scenario) of task `index` of a split for `seed`: the first generated scenario
+        of that split (shifted: of an unseen template, in the test share) whose content
+        (`scenario_key`) is not in `skip`."""
+        names = self.shifted_template_names() if split == "shifted" else self.template_names()
+        bucket = "test" if split == "shifted" else split
         for attempt in range(10_000):
             rng = random.Random(f"tool_use:{split}:{seed}:{index}:{attempt}")
             template = names[rng.randrange(len(names))]
             scenario = TEMPLATES[template](rng)
-            if self.split_of(scenario) == split:
-                return self._task(f"{split}-{seed}-{index}-{template}", scenario)
-        raise RuntimeError(f"no {split} task found for seed {seed} index {index}")
+            if self.split_of(scenario) == bucket and (skip is None or scenario_key(scenario) not in skip):
+                return f"{split}-{seed}-{index}-{template}", scenario
+        raise RuntimeError(f"tool_use: no new {split} task found for seed {seed} index {index}")
+
+    def make_task(self, split: Split, seed: int, index: int) -> Task:
+        """Task `index` of a split for `seed` (see `draw`)."""
+        return self._task(*self.draw(split, seed, index))
 
     def _task(self, task_id: str, scenario: Scenario) -> Task:
         toolset = TOOLSETS[scenario.toolset]
@@ -279,16 +336,16 @@ class ToolUseEnv(MultiTurnEnvironment):
         )
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """Tasks of a split, deterministic per seed; `n` defaults to train_size / test_size."""
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        count = (
-            n
-            if n is not None
-            else (self.config.train_size if split == "train" else self.config.test_size)
-        )
+        """Tasks of a split, deterministic per seed; `n` defaults to the split's `*_size`; the
+        held-out splits (dev, test, shifted) never repeat a scenario."""
+        check_split(self.name, split, SPLITS)
+        count = n if n is not None else getattr(self.config, f"{split}_size")
+        seen: set[str] | None = None if split == "train" else set()
         for index in range(count):
-            yield self.make_task(split, seed, index)
+            task_id, scenario = self.draw(split, seed, index, seen)
+            if seen is not None:
+                seen.add(scenario_key(scenario))
+            yield self._task(task_id, scenario)
 
     # --- episodes --------------------------------------------------------------------------
 

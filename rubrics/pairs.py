@@ -62,7 +62,7 @@ def add_critic_parser(sub: argparse._SubParsersAction) -> None:
     pairs.add_argument("target", metavar="MODEL_OR_RUN_DIR", help="HF model dir, or a run dir (its final/ or newest checkpoint)")
     pairs.add_argument("--env", action="append", metavar="NAME", help="verifiable environment (repeatable; default: the run's envs)")
     pairs.add_argument("--env-config", action="append", metavar="YAML", help="env config, or a run config with an `envs:` list")
-    pairs.add_argument("--split", choices=("test", "train"), default="test", help="task split (default test: held-out pairs)")
+    pairs.add_argument("--split", choices=("test", "dev", "train"), default="test", help="task split (default test: held-out pairs; dev: pairs for dev_pairs_path)")
     pairs.add_argument("--n", type=int, default=64, help="tasks per environment (default 64)")
     pairs.add_argument("--k", type=int, default=8, help="answers sampled per task (default 8)")
     pairs.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")

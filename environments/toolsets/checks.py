@@ -258,12 +258,26 @@ def ref_call(tool: str, **arguments: Any) -> ReferenceCall:
     return ReferenceCall(name=tool, arguments=arguments)
 
 
-def scenario_split(scenario: Scenario, test_fraction: float) -> Literal["train", "test"]:
-    """Which split a scenario belongs to: a hash of its template, prompt and initial state.
-    Shared by the tool_use gym and SFT data synthesis, so synthesized training data never
-    contains the gym's held-out tasks."""
+DEV_FRACTION = 0.1
+"""Default share of the task space (by content hash, right above the test share) that is dev."""
+
+
+def scenario_key(scenario: Scenario) -> str:
+    """A scenario's content (template, prompt, initial state) as canonical JSON: what splits and
+    de-duplication compare."""
     from k2post.chat.types import dump_json
 
-    content = dump_json([scenario.template, scenario.prompt, scenario.initial_state])
-    bucket = int(hashlib.sha256(content.encode()).hexdigest()[:8], 16) / 2**32
-    return "test" if bucket < test_fraction else "train"
+    return dump_json([scenario.template, scenario.prompt, scenario.initial_state])
+
+
+def scenario_split(
+    scenario: Scenario, test_fraction: float, dev_fraction: float = DEV_FRACTION
+) -> Literal["train", "dev", "test"]:
+    """Which split a scenario belongs to: a hash of its template, prompt and initial state (test
+    below test_fraction, dev in the next dev_fraction, train above). Shared by the tool_use gym
+    and SFT data synthesis, so synthesized training data never contains the gym's dev or test
+    tasks."""
+    from k2post.envs.splits import split_of_bucket
+
+    bucket = int(hashlib.sha256(scenario_key(scenario).encode()).hexdigest()[:8], 16) / 2**32
+    return split_of_bucket(bucket, test_fraction, dev_fraction)

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k2post.chat.types import Message, ToolSpec
 from k2post.config.base import K2Config
-
-Split = Literal["train", "test"]
+from k2post.envs.splits import Split
 
 
 class Reward(BaseModel):
@@ -91,7 +90,9 @@ class Environment(abc.ABC):
 
     @abc.abstractmethod
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """Tasks of a split; train and test are disjoint and deterministic per seed."""
+        """Tasks of a split (train, dev, test, shifted: `k2post.envs.splits`); train, dev and test are
+        disjoint by content and deterministic, shifted is disjoint from train; an environment
+        without a split raises `k2post.envs.splits.unsupported_split`."""
 
     @abc.abstractmethod
     def score(self, task: Task, response: str) -> Reward:

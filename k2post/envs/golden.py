@@ -49,7 +49,7 @@ class TaskRef(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seed: int = Field(0, description="Generator seed.")
-    split: Split = Field("train", description="Split: train or test.")
+    split: Split = Field("train", description="Split: train, dev, test or shifted (k2post.envs.splits).")
     index: int = Field(ge=0, description="0-based position in env.tasks(split, seed).")
 
 

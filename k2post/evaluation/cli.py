@@ -1,4 +1,4 @@
-"""`k2post eval MODEL_OR_RUN_DIR --env NAME [--env-config YAML] --n N --seed S`: held-out accuracy per environment.
+"""`k2post eval MODEL_OR_RUN_DIR --env NAME [--env-config YAML] --n N --seed S [--split test|dev|shifted]`: held-out accuracy per environment.
 
     k2post eval runs/rl_demo --n 100 --seed 3                 # a run dir: its final model, its envs and budgets
     k2post eval artifacts/models/tiny-qwen2 --env math --env-config math.yaml --n 64
@@ -8,7 +8,8 @@ MODEL_OR_RUN_DIR is an HF model dir, or a run dir (its `final/`, else its newest
 `--env-config` is a YAML mapping: the config of the one `--env` it follows, or any run config with an
 `envs:` list (each `--env` then takes its config, and the run's token budgets and turn limits, from
 there). A run dir's own config.yaml supplies all of these by default. Prints a table and writes a JSON report
-(default `<run or model dir>/eval/<envs>-n<N>-s<S>.json`).
+(default `<run or model dir>/eval/<envs>-n<N>-s<S>.json`, `...-s<S>-<split>.json` for a split other than test).
+`--split`: test (default: the report), dev (choosing settings), shifted (a held-out distribution shift), train.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ def _env_names(args: argparse.Namespace, run: dict[str, Any]) -> list[str]:
     return names
 
 
+def report_name(names: list[str], n: int, seed: int, split: str) -> str:
+    """Default report file name: `<envs>-n<N>-s<S>.json`, with `-<split>` before `.json` unless the split is test."""
+    suffix = "" if split == "test" else f"-{split}"
+    return f"{'+'.join(names)}-n{n}-s{seed}{suffix}.json"
+
+
 def build_eval_config(args: argparse.Namespace):
     """The validated EvalConfig of the command line (one-line errors name the flag or file)."""
     from k2post.config.loader import validate_config
@@ -89,7 +96,7 @@ def build_eval_config(args: argparse.Namespace):
     budget = dict(settings.get("budget", {}), penalty="none")
     if args.max_tokens is not None:
         budget = {"default_max_tokens": args.max_tokens, "max_tokens": {}, "penalty": "none"}
-    out = args.out or str((run_dir or model_dir) / "eval" / f"{'+'.join(names)}-n{args.n}-s{args.seed}.json")
+    out = args.out or str((run_dir or model_dir) / "eval" / report_name(names, args.n, args.seed, args.split))
     raw = {"model_path": str(model_dir), "envs": [{"name": n, "config": configs.get(n, {})} for n in names],
            "n": args.n, "seed": args.seed, "split": args.split, "samples_per_task": args.samples,
            "temperature": args.temperature, "budget": budget, "report_path": out}
@@ -119,7 +126,8 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     command.add_argument("--env-config", action="append", metavar="YAML", help="env config, or a run config with an `envs:` list (repeatable)")
     command.add_argument("--n", type=int, default=64, help="held-out tasks per environment (default 64)")
     command.add_argument("--seed", type=int, default=0, help="seed of the task draw (default 0)")
-    command.add_argument("--split", choices=("test", "train"), default="test", help="task split (default test: held out)")
+    command.add_argument("--split", choices=("test", "dev", "shifted", "train"), default="test",
+                         help="task split: test (default, the report), dev (choosing settings), shifted (generalization), train")
     command.add_argument("--samples", type=int, default=1, help="episodes per task; >1 needs --temperature > 0 (avg@k)")
     command.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     command.add_argument("--max-tokens", type=int, default=None, help="token budget of every task type (default: the run's budgets, else 256)")

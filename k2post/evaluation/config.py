@@ -24,7 +24,11 @@ class EvalConfig(K2Config):
     envs: list[EnvEntryConfig] = Field(default_factory=lambda: [EnvEntryConfig()], min_length=1, description="Environments to evaluate on (name + config; weight unused).")
     n: int = Field(64, ge=1, description="Held-out tasks per environment (fewer when its split is smaller).")
     seed: int = Field(0, description="Seed of the task draw: the split's tasks for this seed, shuffled and cut to n.")
-    split: Literal["test", "train"] = Field("test", description="Which split to draw tasks from ('test' = held out from training).")
+    split: Literal["test", "dev", "shifted", "train"] = Field(
+        "test",
+        description="Split to draw tasks from: test (the report), dev (choosing settings), shifted (generalization "
+        "to a held-out distribution shift), train (sanity checks); see k2post.envs.splits.",
+    )
     samples_per_task: int = Field(1, ge=1, description="Episodes per task; accuracy is their mean (avg@k).")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy; needs samples_per_task 1).")
     budget: BudgetConfig = Field(

@@ -1,7 +1,10 @@
-"""Held-out evaluation: episodes on fresh test-split tasks, scored in isolated workers, accuracy per environment.
+"""Held-out evaluation: episodes on fresh held-out tasks, scored in isolated workers, accuracy per environment.
 
     report = evaluate(EvalConfig(model_path="runs/rl_demo/final", envs=[EnvEntryConfig(name="math")], n=64))
-    report["envs"]["math"]["accuracy"]
+    report["envs"]["math"]["accuracy"], report["split"]      # split: "test" unless EvalConfig(split="dev" | "shifted")
+
+Splits (k2post.envs.splits): test is the report, dev is for choosing settings, shifted measures
+generalization to a held-out distribution shift; `draw_tasks` defaults to test.
 
 The pieces are shared with the RL controller's in-loop eval (`k2post/rl/controller.py`):
 `draw_tasks` (which tasks), `eval_work` (episode ids/options), `score_items` (what the reward
@@ -24,9 +27,10 @@ from k2post.evaluation.config import EvalConfig
 from k2post.rl.config import BudgetConfig
 
 
-def draw_tasks(env: Environment, split: str, n: int, seed: int) -> list[Task]:
-    """`n` tasks of `split` for `seed`: the whole test split (or n train tasks) shuffled by the seed, cut to n."""
-    pool = list(env.tasks(split, seed=seed, n=None if split == "test" else n))
+def draw_tasks(env: Environment, split: str = "test", n: int = 64, seed: int = 0) -> list[Task]:
+    """`n` tasks of `split` (default test) for `seed`: the whole fixed split (dev, test, shifted; or n train
+    tasks) shuffled by the seed, cut to n."""
+    pool = list(env.tasks(split, seed=seed, n=n if split == "train" else None))
     random.Random(f"eval:{env.name}:{seed}").shuffle(pool)
     return pool[:n]
 

@@ -44,8 +44,9 @@ def test_builtin_data_is_sound() -> None:
 def test_splits_disjoint_deterministic_and_cover_the_data(env: CodeEnv) -> None:
     train = [t.id for t in env.tasks("train", seed=0)]
     test = [t.id for t in env.tasks("test", seed=0)]
-    assert train and test and not set(train) & set(test)
-    assert len(train) + len(test) == len(ROWS)
+    dev = [t.id for t in env.tasks("dev", seed=0)]
+    assert train and test and dev and not set(train) & set(test) and not set(dev) & set(train + test)
+    assert len(train) + len(test) + len(dev) == len(ROWS)
     assert train == [t.id for t in env.tasks("train", seed=0)]
     assert train != [t.id for t in env.tasks("train", seed=1)]
     assert sorted(train) == sorted(t.id for t in env.tasks("train", seed=1))

@@ -61,9 +61,9 @@ def test_builtin_data():
 def test_tasks_split_and_seed():
     env = make_environment("faithfulness")
     assert (env.name, env.task_type, env.reward_range) == ("faithfulness", "faithfulness", (0.0, 1.0))
-    train, test = list(env.tasks("train")), list(env.tasks("test"))
-    assert len(train) + len(test) == 20 and len(test) == 4
-    assert not {t.id for t in train} & {t.id for t in test}
+    train, test, dev = list(env.tasks("train")), list(env.tasks("test")), list(env.tasks("dev"))
+    assert len(train) + len(test) + len(dev) == 20 and len(test) == len(dev) == 4
+    assert not {t.id for t in train} & {t.id for t in test} and not {t.id for t in dev} & {t.id for t in train + test}
     assert [t.id for t in env.tasks("train", seed=0)] == [t.id for t in train]
     assert [t.id for t in env.tasks("train", seed=1)] != [t.id for t in train]
     assert len(list(env.tasks("train", n=3))) == 3

@@ -213,7 +213,7 @@ def test_golden_file():
 
 def test_a_prompt_space_the_test_set_exhausts_is_a_clear_error_not_an_empty_stream():
     env = make_environment("instruction_following", {"max_constraints": 1, "constraint_kinds": ["lowercase"]})
-    with pytest.raises(ValueError, match="lower test_size"):
+    with pytest.raises(ValueError, match="lower test_size and dev_size"):
         next(env.tasks("train", seed=0))
-    small = make_environment("instruction_following", {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8})
+    small = make_environment("instruction_following", {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8, "dev_size": 8})
     assert len(list(small.tasks("train", seed=0, n=5))) == 5

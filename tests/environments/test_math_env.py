@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from environments.math_env import GENERATORS, MathConfig, MathEnv, answers_match
+from environments.math_env import GENERATORS, MathConfig, MathEnv, answers_match, largest_number
 from k2post.envs import Task, make_environment
 
 GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "math.jsonl"
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "rl_demo.yaml"
 
 
 def _task(answer: str) -> Task:
@@ -140,8 +143,8 @@ def test_hf_dataset_on_disk(tmp_path):
     rows = {"question": [f"What is {i} + 1?" for i in range(40)], "answer": [f"work\n#### {i + 1}" for i in range(40)]}
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "ds"))
     env = MathEnv(MathConfig(hf_dataset_path=str(tmp_path / "ds"), hf_test_fraction=0.25))
-    train, test = list(env.tasks("train")), list(env.tasks("test"))
-    assert len(train) + len(test) == 40 and test and train
+    train, test, dev = list(env.tasks("train")), list(env.tasks("test")), list(env.tasks("dev"))
+    assert len(train) + len(test) + len(dev) == 40 and test and train
     assert not {t.metadata["question"] for t in train} & {t.metadata["question"] for t in test}
     task = train[0]
     assert env.score(task, f"\\boxed{{{task.answer}}}").value == 1.0
@@ -156,3 +159,82 @@ def test_golden_file():
         assert reward.value == pytest.approx(case["expected"], abs=case["tol"]), case["id"]
         for key, expected in case.get("expected_breakdown", {}).items():
             assert reward.breakdown[key] == pytest.approx(expected, abs=case["tol"]), case["id"]
+
+
+# ---------------------------------------------------------------- splits: train / dev / test / shifted
+
+DEMO = next(e["config"] for e in yaml.safe_load(DEMO_CONFIG.read_text())["envs"] if e["name"] == "math")
+
+
+def _questions(env: MathEnv, split: str, **kwargs) -> list[str]:
+    return [t.metadata["question"] for t in env.tasks(split, **kwargs)]
+
+
+@pytest.fixture(scope="module")
+def demo() -> MathEnv:
+    return make_environment("math", DEMO)
+
+
+@pytest.mark.parametrize("split", ["dev", "test", "shifted"])
+def test_demo_held_out_splits_are_large_distinct_and_fixed(demo, split):
+    questions = _questions(demo, split)
+    assert len(set(questions)) == len(questions) >= 200
+    assert questions == _questions(make_environment("math", DEMO), split, seed=5)  # fixed: the seed does not move it
+
+
+@pytest.mark.parametrize("first,second", [("test", "dev"), ("test", "shifted"), ("dev", "shifted")])
+def test_demo_held_out_splits_are_disjoint(demo, first, second):
+    assert not set(_questions(demo, first)) & set(_questions(demo, second))
+
+
+@pytest.mark.parametrize("split", ["dev", "test", "shifted"])
+def test_demo_train_never_yields_a_held_out_question(demo, split):
+    train = {q for seed in range(3) for q in _questions(demo, "train", seed=seed, n=1000)}
+    assert len(train) > 500 and not train & set(_questions(demo, split))
+
+
+def test_shifted_asks_larger_numbers_than_train_can():
+    env = make_environment("math", DEMO)
+    assert env.shift() == (2, DEMO["problem_types"])
+    for task in env.tasks("shifted"):
+        numbers = [int(x) for x in re.findall(r"\d+", task.metadata["question"])]
+        assert max(numbers) > largest_number(task.metadata["problem_type"], 1) and task.metadata["difficulty"] == 2
+    train_max = max(int(x) for t in env.tasks("train", n=500) for x in re.findall(r"\d+", t.metadata["question"])
+                    if t.metadata["problem_type"] in ("add", "sub", "word"))
+    assert train_max <= 10
+
+
+@pytest.mark.parametrize("config,kinds", [
+    ({"difficulty": 2, "problem_types": ["add"], "shifted_problem_types": ["linear"], "shifted_difficulty": 2}, {"linear"}),
+    ({"difficulty": 1, "problem_types": ["add", "sub"], "shifted_problem_types": ["add", "div"]}, {"add", "div"}),
+])
+def test_shifted_unseen_problem_types(config, kinds):
+    env = make_environment("math", {**config, "shifted_size": 50})
+    shifted = list(env.tasks("shifted"))
+    assert {t.metadata["problem_type"] for t in shifted} == kinds and len(shifted) == 50
+    train = {q for q in _questions(env, "train", n=2000)}
+    assert not train & {t.metadata["question"] for t in shifted}
+
+
+@pytest.mark.parametrize("config,split,needle", [
+    ({"difficulty": 5}, "shifted", "math: the shifted split needs shifted_difficulty above difficulty 5"),
+    ({"difficulty": 2, "shifted_difficulty": 1}, "shifted", "math: the shifted split needs"),
+    ({}, "valid", "math: unknown split 'valid'"),
+])
+def test_unsupported_splits_are_one_line_errors(config, split, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        list(make_environment("math", config).tasks(split))
+    assert "\n" not in str(err.value)
+
+
+def test_hf_dataset_dev_split_and_no_shift(tmp_path):
+    import datasets
+
+    rows = {"question": [f"What is {i} + 2?" for i in range(200)], "answer": [str(i + 2) for i in range(200)]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "ds"))
+    env = MathEnv(MathConfig(hf_dataset_path=str(tmp_path / "ds"), hf_test_fraction=0.2, hf_dev_fraction=0.2))
+    parts = {split: set(_questions(env, split)) for split in ("train", "dev", "test")}
+    assert all(parts.values()) and sum(map(len, parts.values())) == 200
+    assert not (parts["train"] & parts["dev"]) | (parts["train"] & parts["test"]) | (parts["dev"] & parts["test"])
+    with pytest.raises(ValueError, match="math: split 'shifted' needs the generator"):
+        next(env.tasks("shifted"))

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from environments.reasoning_gym_env import ReasoningGymEnv, _dataset, clip_score
 from k2post.envs import Task, make_environment
 
 GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "reasoning_gym.jsonl"
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "rl_demo.yaml"
 SHORT_ANSWER_SETS = ["basic_arithmetic", "chain_sum", "products", "letter_counting", "gcd", "lcm",
                      "count_bits", "spell_backward", "simple_equations", "leg_counting"]
 
 
 def _env(dataset: str = "basic_arithmetic", **extra) -> ReasoningGymEnv:
-    return make_environment("reasoning_gym", {"dataset": dataset, "size": 30, "test_size": 10, **extra})
+    return make_environment("reasoning_gym", {"dataset": dataset, "size": 30, "test_size": 10, "dev_size": 10, **extra})
 
 
 def test_registered():
@@ -110,3 +113,72 @@ def test_golden_file():
     for case in cases:
         reward = env.score(Task.model_validate(case["task"]), case["response"])
         assert reward.value == pytest.approx(case["expected"], abs=case["tol"]), case["id"]
+
+
+# ---------------------------------------------------------------- splits: train / dev / test / shifted
+
+DEMO = next(e["config"] for e in yaml.safe_load(DEMO_CONFIG.read_text())["envs"] if e["name"] == "reasoning_gym")
+
+
+def _questions(env: ReasoningGymEnv, split: str, **kwargs) -> list[str]:
+    return [t.metadata["entry"]["question"] for t in env.tasks(split, **kwargs)]
+
+
+def _terms(question: str) -> int:
+    return len(re.findall(r"\d+", question.rsplit(":", 1)[1]))
+
+
+@pytest.fixture(scope="module")
+def demo() -> ReasoningGymEnv:
+    return make_environment("reasoning_gym", DEMO)
+
+
+@pytest.mark.parametrize("split", ["dev", "test", "shifted"])
+def test_demo_held_out_splits_are_large_distinct_and_fixed(demo, split):
+    questions = _questions(demo, split)
+    assert len(set(questions)) == len(questions) >= 200
+    assert questions == _questions(make_environment("reasoning_gym", DEMO), split, seed=9)
+
+
+@pytest.mark.parametrize("first,second", [("test", "dev"), ("test", "shifted"), ("dev", "shifted")])
+def test_demo_held_out_splits_are_disjoint(demo, first, second):
+    assert not set(_questions(demo, first)) & set(_questions(demo, second))
+
+
+@pytest.mark.parametrize("split", ["dev", "test", "shifted"])
+def test_demo_train_never_yields_a_held_out_question(demo, split):
+    train = {q for seed in range(3) for q in _questions(demo, "train", seed=seed, n=1000)}
+    assert len(train) > 500 and not train & set(_questions(demo, split))
+
+
+def test_demo_shifted_has_one_term_more_than_train(demo):
+    assert demo.shifted_config() == {**DEMO["dataset_config"], "min_terms": 4, "max_terms": 4}
+    assert {_terms(q) for q in _questions(demo, "shifted")} == {4}
+    assert {_terms(q) for q in _questions(demo, "train", n=300)} == {2, 3}
+    task = next(demo.tasks("shifted"))
+    assert task.id.startswith("rg-chain_sum-shifted-") and task.metadata["dataset_config"]["max_terms"] == 4
+    fresh = Task.model_validate_json(task.model_dump_json())
+    assert demo.score(fresh, f"\\boxed{{{task.answer}}}").value == 1.0
+
+
+def test_explicit_shifted_config_overrides_the_dataset_config():
+    env = _env("chain_sum", dataset_config={"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+               shifted_config={"min_digits": 2, "max_digits": 2}, shifted_size=20)
+    numbers = [int(x) for q in _questions(env, "shifted") for x in re.findall(r"\d+", q.rsplit(":", 1)[1])]
+    assert len(_questions(env, "shifted")) == 20 and min(numbers) >= 10
+
+
+def test_a_space_the_held_out_sets_exhaust_is_a_clear_error():
+    tiny = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # ~200 distinct questions in all
+    with pytest.raises(ValueError, match="reasoning_gym: every train question .* widen dataset_config"):
+        list(make_environment("reasoning_gym", {"dataset": "chain_sum", "dataset_config": tiny}).tasks("train"))
+
+
+@pytest.mark.parametrize("config,split,needle", [
+    ({"dataset": "dice"}, "shifted", "reasoning_gym: dataset 'dice' has no min_\\*/max_\\* integer range"),
+    ({}, "holdout", "reasoning_gym: unknown split 'holdout'"),
+])
+def test_unsupported_splits_are_one_line_errors(config, split, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        list(make_environment("reasoning_gym", config).tasks(split))
+    assert "\n" not in str(err.value)

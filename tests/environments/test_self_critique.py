@@ -34,10 +34,11 @@ def env():
 
 
 def test_splits_are_disjoint_and_rubrics_travel_with_tasks(env):
-    test, train = list(env.tasks("test")), list(env.tasks("train", seed=1))
-    assert len(test) == 10 and len(train) == 40 and not {t.id for t in test} & {t.id for t in train}
+    test, train, dev = list(env.tasks("test")), list(env.tasks("train", seed=1)), list(env.tasks("dev"))
+    assert len(test) == len(dev) == 10 and len(train) == 30 and not {t.id for t in test} & {t.id for t in train}
+    assert not {t.id for t in dev} & {t.id for t in test + train}
     assert [t.id for t in train] == [t.id for t in env.tasks("train", seed=1)] != [t.id for t in env.tasks("train", seed=2)]
-    plants = next(t for t in test + train if t.id == "chat-plants")
+    plants = next(t for t in test + train + dev if t.id == "chat-plants")
     assert plants.metadata["rubrics"] and plants.task_type == "chat"
 
 

@@ -4,14 +4,17 @@ scoring, JSON round trips and the golden-file replay."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from environments.tool_use import ToolUseConfig, ToolUseEnv, ToolUseState
 from environments.toolsets import TEMPLATES, TEMPLATES_BY_TOOLSET
+from environments.toolsets.checks import Scenario, scenario_key, scenario_split
 from k2post.chat.template import render_assistant_body
 from k2post.chat.types import Message, ToolCall, format_call_id
 from k2post.envs import Task, make_environment
@@ -383,3 +386,80 @@ def test_toolset_filter_limits_tasks_and_tools() -> None:
         "pay",
         "list_transactions",
     }
+
+
+# --- splits: train / dev / test / shifted -------------------------------------------------
+
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "rl_demo.yaml"
+DEMO = next(e["config"] for e in yaml.safe_load(DEMO_CONFIG.read_text())["envs"] if e["name"] == "tool_use")
+
+
+def _contents(env: ToolUseEnv, split: str, **kwargs: Any) -> list[str]:
+    """A task's question: its prompt with the initial state it acts on (they decide the answer)."""
+    return [scenario_key(Scenario.model_validate(t.answer)) for t in env.tasks(split, **kwargs)]  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def demo() -> ToolUseEnv:
+    return ToolUseEnv(ToolUseConfig(**DEMO))
+
+
+@pytest.mark.parametrize("split", ["dev", "test", "shifted"])
+def test_demo_held_out_splits_are_large_distinct_and_deterministic(demo: ToolUseEnv, split: str) -> None:
+    contents = _contents(demo, split)
+    assert len(set(contents)) == len(contents) >= 200
+    assert contents == _contents(ToolUseEnv(ToolUseConfig(**DEMO)), split)
+
+
+@pytest.mark.parametrize("first,second", [("test", "dev"), ("test", "shifted"), ("dev", "shifted")])
+def test_demo_held_out_splits_are_disjoint(demo: ToolUseEnv, first: str, second: str) -> None:
+    assert not set(_contents(demo, first)) & set(_contents(demo, second))
+
+
+@pytest.mark.parametrize("split", ["dev", "test", "shifted"])
+def test_demo_train_never_yields_a_held_out_task(demo: ToolUseEnv, split: str) -> None:
+    train = {c for seed in range(3) for c in _contents(demo, "train", seed=seed, n=300)}
+    assert len(train) == 900 and not train & set(_contents(demo, split))
+
+
+def test_demo_shifted_uses_unseen_templates_from_the_test_share(demo: ToolUseEnv) -> None:
+    shifted = list(demo.tasks("shifted", n=60))
+    assert {t.metadata["template"] for t in shifted} == {"bank_cover_shortfall", "bank_sweep"}
+    assert {t.metadata["template"] for t in demo.tasks("train", n=60)} == {"bank_transfer_report"}
+    assert all(demo.split_of(Scenario.model_validate(t.answer)) == "test" for t in shifted)
+    assert all(t.id.startswith("shifted-0-") for t in shifted)
+
+
+@pytest.mark.parametrize("config,templates", [
+    ({"toolsets": ["bank"]}, {name for ts in TEMPLATES_BY_TOOLSET if ts != "bank" for name in TEMPLATES_BY_TOOLSET[ts]}),
+    ({"toolsets": ["bank"], "shifted_templates": ["fs_move_and_read"]}, {"fs_move_and_read"}),
+])
+def test_shifted_templates_default_to_unseen_toolsets_or_are_given(config: dict[str, Any], templates: set[str]) -> None:
+    assert set(ToolUseEnv(ToolUseConfig(**config)).shifted_template_names()) == templates
+
+
+@pytest.mark.parametrize("config", [
+    {"toolsets": ["bank"], "templates": ["bank_sweep"], "shifted_templates": ["bank_sweep"]},
+    {"shifted_templates": ["nope"]},
+    {"test_fraction": 0.5, "dev_fraction": 0.5},
+])
+def test_bad_split_configs_are_rejected(config: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        ToolUseConfig(**config)
+
+
+@pytest.mark.parametrize("split,needle", [
+    ("shifted", "tool_use: split 'shifted' has no unseen template"),
+    ("holdout", "tool_use: unknown split 'holdout'"),
+])
+def test_unsupported_splits_are_one_line_errors(split: str, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle) as err:
+        next(ToolUseEnv().tasks(split))  # type: ignore[arg-type]
+    assert "\n" not in str(err.value)
+
+
+def test_scenario_split_has_a_dev_share_that_synthesis_train_excludes() -> None:
+    scenarios = [TEMPLATES["bank_transfer_report"](random.Random(seed)) for seed in range(400)]
+    splits = [scenario_split(s, 0.1) for s in scenarios]
+    assert {"train", "dev", "test"} == set(splits)
+    assert [scenario_split(s, 0.1, 0.0) for s in scenarios] == [("test" if x == "test" else "train") for x in splits]

@@ -95,7 +95,7 @@ def test_cli_errors_are_one_line(tmp_path, extra, needle):
 def test_cli_runs_on_a_run_dir_and_writes_the_report(tiny_qwen2_dir, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(tiny_qwen2_dir, run / "final")
-    chain_sum = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+    chain_sum = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
     (run / "config.yaml").write_text(yaml.safe_dump({
         "kind": "rl", "envs": [{"name": "reasoning_gym", "config": chain_sum}, {"name": "math", "config": {"difficulty": 1}}],
         "budget": {"default_max_tokens": 8}, "rollout": {"agentic": {"max_turns": 1, "max_turn_tokens": 32, "max_episode_tokens": 64}}}))
@@ -118,3 +118,20 @@ def test_a_run_config_as_env_config_supplies_budgets_for_a_plain_model(tmp_path)
     assert cfg.report_path == str(model / "eval" / "math-n64-s0.json")
     cfg = build_eval_config(_args(str(model), "--env-config", str(rl)))  # no --env: the run config's envs
     assert [e.name for e in cfg.envs] == ["math"] and cfg.envs[0].config["difficulty"] == 3
+
+
+@pytest.mark.parametrize("argv,split,name", [
+    ([], "test", "math-n5-s7.json"),
+    (["--split", "dev"], "dev", "math-n5-s7-dev.json"),
+    (["--split", "shifted"], "shifted", "math-n5-s7-shifted.json"),
+])
+def test_split_flag_reaches_the_config_and_the_report_path(tmp_path, argv, split, name):
+    model = _model_dir(tmp_path / "m")
+    cfg = build_eval_config(_args(str(model), "--env", "math", "--n", "5", "--seed", "7", *argv))
+    assert cfg.split == split and cfg.report_path == str(model / "eval" / name)
+
+
+def test_unknown_split_flag_is_rejected(capsys):
+    with pytest.raises(SystemExit):
+        _args("m", "--split", "holdout")
+    assert "invalid choice: 'holdout'" in capsys.readouterr().err

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from k2post.envs.base import Reward
 from k2post.envs.mix import EnvEntryConfig
@@ -14,7 +16,8 @@ from k2post.evaluation.config import EvalConfig
 from k2post.evaluation.heldout import draw_tasks, eval_work, mean_accuracy, summarize
 from k2post.rl.config import BudgetConfig
 
-CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+REPO = Path(__file__).resolve().parents[3]
+CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
 
 
 @pytest.mark.parametrize("name,config", [("math", {"difficulty": 1}), ("reasoning_gym", CHAIN_SUM), ("tool_use", {})])
@@ -103,3 +106,57 @@ def test_eval_matches_a_direct_greedy_chat_scored_in_process(tiny_qwen2_dir, tmp
     direct = [env.score(t, turn.message.content or "").value for t, turn in zip(tasks, turns)]
     assert math["mean_reward"] == pytest.approx(sum(direct) / 6)
     assert math["truncation_rate"] == pytest.approx(sum(turn.generation.finish_reason == "length" for turn in turns) / 6)
+
+
+DEMO_ENVS = {e["name"]: e["config"] for e in yaml.safe_load((REPO / "configs" / "rl_demo.yaml").read_text())["envs"]}
+
+
+@pytest.mark.parametrize("name", ["math", "reasoning_gym", "tool_use"])
+@pytest.mark.parametrize("split", ["dev", "test", "shifted"])
+def test_draw_tasks_on_every_held_out_split_of_the_demo_envs(name, split):
+    env = EnvEntryConfig(name=name, config=DEMO_ENVS[name]).make()
+    drawn = draw_tasks(env, split, 64, 3)
+    assert len(drawn) == 64 and [t.id for t in drawn] == [t.id for t in draw_tasks(env, split, 64, 3)]
+    assert all(t.id.split("-")[0 if name == "tool_use" else 1 if name == "math" else 2] == split for t in drawn)
+    content = lambda t: (t.messages[-1].content, json.dumps(t.answer, sort_keys=True))  # noqa: E731
+    train = {content(t) for t in env.tasks("train", seed=3, n=300)}
+    assert not train & {content(t) for t in drawn}
+
+
+def test_draw_tasks_defaults_to_the_test_split():
+    env = EnvEntryConfig(name="math", config={"difficulty": 1}).make()
+    assert [t.id for t in draw_tasks(env, n=5)] == [t.id for t in draw_tasks(env, "test", 5, 0)]
+
+
+@pytest.mark.parametrize("split", ["test", "dev", "shifted"])
+def test_evaluate_reports_its_split(monkeypatch, split):
+    import k2post.envs.workers as workers
+    import k2post.evaluation.heldout as heldout
+
+    def episodes(cfg, work):
+        return [SimpleNamespace(env_name=name, task=task, messages=[SimpleNamespace(role="assistant", content=f"\\boxed{{{task.answer}}}")],
+                                truncated=False, loss_mask=[1, 1], env_turns=[]) for (name, task), _ in work]
+
+    class Pool:
+        def __init__(self, **_):
+            self.envs = {}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def score_batch(self, items):
+            return [EnvEntryConfig(name=i.env, config=i.config).make().score(i.task, i.response) for i in items]
+
+    monkeypatch.setattr(heldout, "run_episodes", episodes)
+    monkeypatch.setattr(workers, "RewardPool", Pool)
+    report = heldout.evaluate(EvalConfig(envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=4, split=split))
+    assert report["split"] == split and report["envs"]["math"]["n"] == 4 and report["envs"]["math"]["accuracy"] == 1.0
+
+
+def test_eval_config_split_defaults_to_test_and_rejects_unknown_ones():
+    assert EvalConfig().split == "test" and EvalConfig(split="shifted").split == "shifted"
+    with pytest.raises(ValueError, match="split"):
+        EvalConfig(split="holdout")

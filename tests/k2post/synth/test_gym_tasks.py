@@ -12,7 +12,7 @@ from k2post.synth.config import SynthConfig
 from k2post.synth.gym_tasks import GymTasksConfig, gym_row, gym_tasks, wrong_answer
 from k2post.synth.pipeline import read_shards, run_synth
 
-CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
 
 
 @pytest.mark.parametrize("answer", ["0", "7", "-13", "120"])
