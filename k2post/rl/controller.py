@@ -34,6 +34,7 @@ from k2post.envs.base import Task
 from k2post.evaluation.heldout import draw_tasks, eval_work, final_text, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
 from k2post.rl.critic_loop import CalibrationHarvester, PendingGroups, group_of, score_on_actors
+from k2post.rl.diagnostics import group_diagnostics
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
 from k2post.rl.sampling import PromptSampler
@@ -158,7 +159,7 @@ class RLRun:
             if not tasks and not (name == "critic_calibration" and self.cfg.critic.harvest_pairs_per_group > 0):
                 raise ValueError(f"environment {name!r} gave no train tasks")  # critic_calibration may fill up online
             self.pools[name] = {task.id: task for task in tasks}
-            self.heldout[name] = draw_tasks(env, "test", train.eval_tasks_per_env, self.cfg.seed)
+            self.heldout[name] = draw_tasks(env, train.eval_split, train.eval_tasks_per_env, self.cfg.seed)
             difficulty = {t.id: float(t.metadata.get("difficulty", 0)) for t in tasks}
             self.samplers[name] = PromptSampler(list(self.pools[name]), self.cfg.sampling, difficulty, seed=self.cfg.seed)
         self.harvester = None
@@ -393,7 +394,10 @@ class RLRun:
         with timer("sleep"):
             self._sleep_rollouts(True)
             self._offload_trainers(False)
-        batches = [self._step_batch(self.state.book.take(loss.groups_per_step), iteration) for _ in range(steps)]
+        taken = [self.state.book.take(loss.groups_per_step) for _ in range(steps)]
+        batches = [self._step_batch(groups, iteration) for groups in taken]
+        # learning signal of every group trained this iteration (same in each step's row: survives the step average)
+        signal = group_diagnostics([r for _, shaped in batches for r in shaped], [g[0].env_name for groups in taken for g in groups])
         with timer("logprobs"):  # pi_old: the weights at the start of the iteration, for every step's data
             olds = [ray.get([t.sequence_logprobs.remote(s) for t, s in zip(self.trainers, shards)]) for shards, _ in batches]
         gap = engine_gap([s for shards, _ in batches for shard in shards for s in shard], [v for old in olds for o in old for v in o])
@@ -403,7 +407,7 @@ class RLRun:
             with timer("train"):
                 results = ray.get([t.train_step.remote(m, o, self.state.step) for t, m, o in zip(self.trainers, micro, old_micro)])
             self.state.step += 1
-            rows.append({**results[0], **gap, "train/shaped_reward_mean": sum(map(sum, shaped)) / sum(map(len, shaped))})
+            rows.append({**results[0], **gap, **signal, "train/shaped_reward_mean": sum(map(sum, shaped)) / sum(map(len, shaped))})
         with timer("wake"):
             self._sleep_rollouts(False)
         return rows
@@ -437,7 +441,7 @@ class RLRun:
     # ------------------------------------------------------------------ eval, memory, checkpoints
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy held-out accuracy per environment (test-split tasks), episodes apart from training."""
+        """Greedy held-out accuracy per environment (`train.eval_split` tasks: dev by default), apart from training."""
         import ray
 
         work = eval_work(self.heldout, self.cfg.budget, 0.0, 1, self.cfg.seed)

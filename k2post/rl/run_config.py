@@ -88,7 +88,11 @@ class RLTrainLoopConfig(K2Config):
     iterations: int = Field(20, ge=1, description="RL iterations (rollout + train + push).")
     prompt_pool_per_env: int = Field(256, ge=1, description="Train tasks drawn from each environment (new seeds) to sample prompts from.")
     eval_every: int = Field(5, ge=0, description="Held-out accuracy every N iterations (0: only before and after).")
-    eval_tasks_per_env: int = Field(32, ge=1, description="Held-out (test split) tasks per environment at each eval.")
+    eval_tasks_per_env: int = Field(32, ge=1, description="Held-out tasks per environment at each in-loop eval.")
+    eval_split: Literal["dev", "test"] = Field(
+        "dev", description="Split of the in-loop eval: dev (default; its curve may guide settings) or test (never tune on it: "
+        "the report is `k2post eval --split test`).",
+    )
     save_every: int = Field(5, ge=0, description="Checkpoint every N iterations (0: only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept.")
     stop_at_iteration: int | None = Field(
