@@ -1,4 +1,4 @@
-"""Stateful simulated toolsets (file system, calendar, bank) and their task templates.
+"""Stateful simulated toolsets (file system, calendar, bank, calculator) and their task templates.
 
 Independent of any environment class: `environments.tool_use` runs them as an RL gym, SFT
 data synthesis can run them as tool simulators (each Scenario carries a reference solution).
@@ -17,20 +17,23 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 
-from environments.toolsets import bank, calendar, filesystem
+from environments.toolsets import bank, calculator, calendar, filesystem
 from environments.toolsets.bank import BankState, BankToolset
 from environments.toolsets.base import ERROR_PREFIX, ToolError, Toolset, ToolsetState, is_error
+from environments.toolsets.calculator import CalculatorState, CalculatorToolset
 from environments.toolsets.calendar import CalendarState, CalendarToolset
 from environments.toolsets.checks import Scenario
 from environments.toolsets.filesystem import FileSystemState, FileSystemToolset
 
 AnyToolsetState = Annotated[
-    FileSystemState | CalendarState | BankState, Field(discriminator="toolset")
+    FileSystemState | CalendarState | BankState | CalculatorState,
+    Field(discriminator="toolset"),
 ]
 """Any toolset's state; the `toolset` field picks the class when validating a dump."""
 
 TOOLSETS: dict[str, Toolset] = {
-    toolset.name: toolset for toolset in (FileSystemToolset(), CalendarToolset(), BankToolset())
+    toolset.name: toolset
+    for toolset in (FileSystemToolset(), CalendarToolset(), BankToolset(), CalculatorToolset())
 }
 
 TemplateFn = Callable[[random.Random], Scenario]
@@ -38,6 +41,7 @@ TEMPLATES_BY_TOOLSET: dict[str, dict[str, TemplateFn]] = {
     "filesystem": filesystem.TEMPLATES,
     "calendar": calendar.TEMPLATES,
     "bank": bank.TEMPLATES,
+    "calculator": calculator.TEMPLATES,
 }
 TEMPLATES: dict[str, TemplateFn] = {
     name: template
@@ -77,6 +81,8 @@ __all__ = [
     "AnyToolsetState",
     "BankState",
     "BankToolset",
+    "CalculatorState",
+    "CalculatorToolset",
     "CalendarState",
     "CalendarToolset",
     "FileSystemState",
