@@ -1,6 +1,13 @@
 """Benchmark: the critic's agreement with the verifier on held-out pairs, before and after RL with critic_calibration.
 
-Run: `python benchmarks/critic_calibration.py [--out runs/bench_critic] [--iterations 15] [--quick]` (repo root).
+Run: `python benchmarks/critic_calibration.py [--out runs/bench_critic] [--iterations 15] [--quick]
+      [--pair-kind reference|malformed] [--judge-rows N]` (repo root).
+
+`--pair-kind reference` (default; the steps below): the judge tells a correct math answer from a wrong number.
+`--pair-kind malformed`: the judge tells a correct answer from a malformed one (no readable answer), in the compact
+judge prompt; SFT gets `--judge-rows` such judging rows (critic_calibration train tasks answered with the verifier's
+verdict) instead of math judging rows, held-out pairs are critic_calibration's test-split reference pairs (no
+sampling), and nothing is harvested (on-policy pairs would be correct-vs-wrong-number pairs, the other kind).
 
 1. SFT start: tiny-qwen2 + configs/synth_demo.yaml's math data with `--judge-share` of the math tasks written
    as pairwise judging rows (reference vs perturbed answer, verdict from the verifier) + configs/sft_demo.yaml;
@@ -11,9 +18,10 @@ Run: `python benchmarks/critic_calibration.py [--out runs/bench_critic] [--itera
 4. RL: `k2post rl` on math + critic_calibration (sources: math; its train pool starts with reference pairs and
    grows with on-policy pairs harvested from the run's own math groups), in-loop eval every `--eval-every`;
 5. after: the same two evals on the RL model.
-A critic that always says A, or guesses, agrees 0.5 (the correct answer's position is a seeded coin).
+A critic that always says A, or guesses, agrees 0.5 (the correct answer's position is a seeded coin); the exact
+figure for the held-out pairs is `position_prior` (the share of them with the correct answer at A).
 Prints a table, then one JSON line:
-{"agreement_before": .., "agreement_after": .., "math_before": .., "math_after": .., "pairs": .., ...}
+{"agreement_before": .., "agreement_after": .., "position_prior": .., "math_before": .., "math_after": .., "pairs": .., ...}
 """
 
 from __future__ import annotations
@@ -47,6 +55,33 @@ def cli(*args: str, log: Path) -> float:
     return time.perf_counter() - started
 
 
+def calibration_config(args: argparse.Namespace) -> dict[str, Any]:
+    """critic_calibration's config for `--pair-kind` (malformed pairs use the compact judge prompt)."""
+    config: dict[str, Any] = {"sources": [{"name": "math", "config": MATH}], "answer_template": "The answer is {answer}."}
+    if args.pair_kind == "malformed":
+        config.update(pair_kind="malformed", prompt_style="compact")
+    return config
+
+
+def synth_config(args: argparse.Namespace, out: Path) -> Path:
+    """configs/synth_demo.yaml with the judging rows of `--pair-kind`, written under `out`."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "configs" / "synth_demo.yaml").read_text())
+    config["out_dir"] = str(out / "synth")
+    math = config["gym_tasks"][0]
+    if args.quick:
+        math["tasks"], config["tasks_per_domain"] = 300, 1
+    if args.pair_kind == "reference":
+        math["judge_share"] = args.judge_share
+    elif args.judge_rows > 0:  # the critic_calibration gym's own tasks, answered with the verifier's verdict
+        config["gym_tasks"].append({"env": "critic_calibration", "config": calibration_config(args), "tasks": args.judge_rows,
+                                    "answer_templates": {"[[{answer}]]": 1.0}})
+    path = out / "synth.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def sft_model(args: argparse.Namespace, out: Path, seconds: dict[str, float]) -> Path:
     """Model init + synth (math answers and judging rows) + SFT, each skipped when its output exists."""
     from k2post.models.loading import is_model_dir
@@ -58,9 +93,7 @@ def sft_model(args: argparse.Namespace, out: Path, seconds: dict[str, float]) ->
         raise SystemExit(f"--base-model {args.base_model}: not a model dir (no config.json)")
     if not is_model_dir(model):
         cli("model", "init", "--flavor", "tiny-qwen2", "--out", str(model), log=out / "model.log")
-    quick = ["gym_tasks.0.tasks=300", "tasks_per_domain=1"] if args.quick else []
-    seconds["synth"] = cli("synth", "configs/synth_demo.yaml", f"out_dir={synth}", f"gym_tasks.0.judge_share={args.judge_share}",
-                           *quick, log=out / "synth.log")
+    seconds["synth"] = cli("synth", str(synth_config(args, out)), log=out / "synth.log")
     steps = ["train.max_steps=30"] if args.quick else []
     seconds["sft"] = cli("sft", "configs/sft_demo.yaml", f"run_dir={sft}", f"model.path={model}", "model.flavor=null",
                          f"data.path={synth / 'dataset'}", *steps, log=out / "sft.log")
@@ -69,12 +102,12 @@ def sft_model(args: argparse.Namespace, out: Path, seconds: dict[str, float]) ->
 
 def rl_config(args: argparse.Namespace, model: Path, run_dir: Path, heldout: Path | None) -> dict[str, Any]:
     """Math + critic_calibration from the SFT model; the calibration env's held-out split is the on-policy pairs."""
-    calibration = {"sources": [{"name": "math", "config": MATH}], "answer_template": "The answer is {answer}."}
+    calibration = calibration_config(args)
     if heldout is not None:
         calibration["heldout_pairs_path"] = str(heldout)
     return {
         "kind": "rl", "run_dir": str(run_dir), "seed": args.seed, "model": {"path": str(model), "flavor": None},
-        "envs": [{"name": "math", "config": MATH}, {"name": "critic_calibration", "config": calibration}],
+        "envs": [{"name": "math", "config": MATH}, {"name": "critic_calibration", "weight": args.critic_weight, "config": calibration}],
         "rollout": {"prompts_per_iteration": args.prompts, "samples_per_prompt": args.k, "sleep_during_training": False,
                     "engine": {"dtype": "float32", "max_model_len": 2048, "max_num_seqs": 160, "kv_cache_gib": 1.0},
                     "agentic": {"max_turns": 1, "max_turn_tokens": ANSWER_TOKENS, "max_episode_tokens": ANSWER_TOKENS}},
@@ -85,7 +118,7 @@ def rl_config(args: argparse.Namespace, model: Path, run_dir: Path, heldout: Pat
         "temperature": {"default": {"kind": "linear", "start": 1.0, "end": 0.7, "decay_iterations": args.iterations}},
         "train": {"iterations": args.iterations, "lr_schedule": "cosine", "min_lr_ratio": 0.1, "prompt_pool_per_env": 512,
                   "eval_every": args.eval_every, "eval_tasks_per_env": args.eval_n, "save_every": 0, "keep_checkpoints": 1},
-        "critic": {"harvest_pairs_per_group": 2},
+        "critic": {"harvest_pairs_per_group": 2 if args.pair_kind == "reference" else 0},
         "ray": {"num_cpus": 2, "cpus_per_bundle": 2},
     }
 
@@ -118,8 +151,21 @@ def run_rl(args: argparse.Namespace, config: Path, out: Path, seconds: dict[str,
     return read_metrics(out / "rl" / "metrics.jsonl")
 
 
-def print_table(before: dict[str, Any], after: dict[str, Any], curve: list[tuple[int, float]], harvested: int) -> None:
+def position_prior(config: Path, n: int) -> tuple[float, int]:
+    """(share of the held-out judge tasks `k2post eval` draws with the correct answer at A, their count): an always-A judge's agreement."""
+    import yaml
+
+    from k2post.envs.registry import make_environment
+    from k2post.evaluation.heldout import draw_tasks
+
+    entry = next(e for e in yaml.safe_load(config.read_text())["envs"] if e["name"] == "critic_calibration")
+    answers = [task.answer for task in draw_tasks(make_environment("critic_calibration", entry["config"]), "test", n, seed=0)]
+    return (sum(a == "A" for a in answers) / len(answers) if answers else 0.0), len(answers)
+
+
+def print_table(before: dict[str, Any], after: dict[str, Any], curve: list[tuple[int, float]], harvested: int, prior: float) -> None:
     print(f"{'held-out (greedy)':<34}{'before RL':>10}{'after RL':>10}")
+    print(f"{'position prior (always [[A]])':<34}{prior:>10.3f}{prior:>10.3f}")
     for env, label in (("critic_calibration", "critic agreement with verifier"), ("math", "math accuracy (actor)")):
         print(f"{label:<34}{before[env]['accuracy']:>10.3f}{after[env]['accuracy']:>10.3f}")
     print(f"in-loop agreement by iteration: {curve}; on-policy judge tasks harvested: {harvested}")
@@ -129,11 +175,15 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/bench_critic", help="work dir (the SFT model is reused when present)")
     parser.add_argument("--base-model", default=None, help="HF model dir to SFT (default: a fresh tiny-qwen2 under --out)")
-    parser.add_argument("--judge-share", type=float, default=0.3, help="share of math SFT tasks written as judging rows")
+    parser.add_argument("--pair-kind", choices=("reference", "malformed"), default="reference",
+                        help="judging task: correct vs wrong number (reference) or correct vs malformed answer (malformed)")
+    parser.add_argument("--judge-share", type=float, default=0.3, help="reference: share of math SFT tasks written as judging rows")
+    parser.add_argument("--judge-rows", type=int, default=96, help="malformed: critic_calibration judging rows in the SFT data")
     parser.add_argument("--iterations", type=int, default=15, help="RL iterations")
     parser.add_argument("--prompts", type=int, default=16, help="prompts per RL iteration")
     parser.add_argument("--k", type=int, default=8, help="samples per prompt (RL and pair sampling)")
     parser.add_argument("--lr", type=float, default=3e-4, help="RL learning rate")
+    parser.add_argument("--critic-weight", type=float, default=1.0, help="critic_calibration's prompt weight in the RL mix (math: 1)")
     parser.add_argument("--pair-tasks", type=int, default=128, help="test-split math prompts sampled for held-out pairs")
     parser.add_argument("--eval-n", type=int, default=128, help="held-out tasks / pairs per environment at each eval")
     parser.add_argument("--eval-every", type=int, default=5, help="in-loop eval every N iterations")
@@ -157,7 +207,7 @@ def main() -> None:
     model = sft_model(args, out, seconds)
     probe = out / "pairs_env.yaml"  # the pair sampler only needs the math entry
     probe.write_text(yaml.safe_dump(rl_config(args, model, out / "rl", None)))
-    heldout = heldout_pairs(args, model, probe, out, seconds)
+    heldout = heldout_pairs(args, model, probe, out, seconds) if args.pair_kind == "reference" else None
     config = out / "rl.yaml"
     config.write_text(yaml.safe_dump(rl_config(args, model, out / "rl", heldout)))
     before = evaluate(model, config, out, "before", args)
@@ -165,9 +215,11 @@ def main() -> None:
     after = evaluate(out / "rl" / "final", config, out, "after", args)
     curve = [(r["iteration"], round(r["eval/critic_calibration/accuracy"], 3)) for r in rows if "eval/critic_calibration/accuracy" in r]
     harvested = int(rows[-1].get("calibration/harvested_tasks", 0))
-    print_table(before, after, curve, harvested)
-    pairs = len(heldout.read_text().splitlines()) if heldout else 0
+    prior, n_prior = position_prior(config, args.eval_n)
+    print_table(before, after, curve, harvested, prior)
+    pairs = len(heldout.read_text().splitlines()) if heldout else n_prior
     print(json.dumps({"agreement_before": before["critic_calibration"]["accuracy"], "agreement_after": after["critic_calibration"]["accuracy"],
+                      "position_prior": round(prior, 4), "pair_kind": args.pair_kind,
                       "math_before": before["math"]["accuracy"], "math_after": after["math"]["accuracy"],
                       "pairs": pairs, "heldout": "on-policy" if heldout else "reference", "n_eval": min(args.eval_n, pairs or args.eval_n),
                       "harvested_tasks": harvested, "iterations": args.iterations, "agreement_curve": curve,

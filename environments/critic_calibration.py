@@ -9,10 +9,15 @@ is rewarded when its pairwise judgement agrees with a verifier, so its judging s
 verifiable signal. Where the pairs come from (`rubrics.calibration.CalibrationPair`):
 - on-policy, during RL: the controller turns each finished group of a `sources` environment with
   mixed rewards into pairs and adds their judge tasks to this environment's train pool;
-- `train_pairs_path` / `heldout_pairs_path`: JSONL pairs sampled from a model beforehand
+- `train_pairs_path` / `dev_pairs_path` / `heldout_pairs_path` (test): JSONL pairs sampled from a model beforehand
   (`k2post critic pairs MODEL ...`: on-policy held-out pairs for tracking agreement);
 - otherwise (a cold start, `k2post eval`, golden tests): the source gym's reference answer vs a
-  perturbed one (`wrong_answer`), each checked by the source's verifier.
+  wrong one, each checked by the source's verifier; `pair_kind` picks the wrong one:
+  `reference` (default) a neighbouring number (`wrong_answer`: the judge must redo the arithmetic),
+  `malformed` a reply with no readable answer (`rubrics.calibration.malformed_reply`: empty box,
+  truncated, repeated, "I do not know."), the judging task a 4.5M model learns (docs/CRITIC.md).
+`prompt_style: compact` writes the short one-message judge prompt (`compact_judge_messages`,
+~1/3 of the tokens) for every task, harvested ones included.
 The correct response sits at A or B by a seeded coin; a judge that always says A agrees half the
 time. Accuracy of this environment = the critic's agreement with the verifier.
 """
@@ -30,7 +35,8 @@ from pydantic import Field, ValidationError, model_validator
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.mix import EnvEntryConfig
 from k2post.envs.registry import register_environment
-from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, calibration_task
+from k2post.envs.splits import SPLITS, check_split
+from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, calibration_task, malformed_reply
 from rubrics.schema import Rubric, builtin_rubrics
 
 DEFAULT_TASKS = 200
@@ -45,9 +51,18 @@ class CriticCalibrationConfig(EnvConfig):
     )
     train_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the train split (else reference pairs).")
     heldout_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the test split (else reference pairs).")
+    dev_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the dev split (else reference pairs).")
     answer_template: str = Field("\\boxed{{{answer}}}", description="Reference pairs: how both answers are written.")
     rubric_kinds: list[Literal["core", "prescriptive"]] = Field(
         default_factory=list, description="Shipped rubrics shown besides the correctness rubric (none: the shortest prompt)."
+    )
+    pair_kind: Literal["reference", "malformed"] = Field(
+        "reference", description="Reference pairs: the gold answer vs a neighbouring number ('reference': the judge must check the "
+        "arithmetic) or vs a malformed reply with no readable answer ('malformed': empty box, truncated, repeated, no answer)."
+    )
+    prompt_style: Literal["full", "compact"] = Field(
+        "full", description="Judge prompt: 'full' (system prompt, rubric texts, instruction) or 'compact' (one user message, "
+        "rubric titles only, a one-line instruction; for very small judges)."
     )
     placement_seed: int = Field(0, description="Seed of the coin that puts the correct response at A or B.")
     success_threshold: float = Field(0.5, description="A source reward at or above this is 'correct'.")
@@ -104,12 +119,10 @@ class CriticCalibrationEnv(Environment):
 
     def task_for(self, pair: CalibrationPair) -> Task:
         """The judge task of a pair under this env's rubrics and placement seed."""
-        return calibration_task(pair, self.rubrics, self.config.placement_seed, self.name)
+        return calibration_task(pair, self.rubrics, self.config.placement_seed, self.name, compact=self.config.prompt_style == "compact")
 
     def reference_pairs(self, split: Split, seed: int, n: int) -> Iterator[CalibrationPair]:
-        """Gold answer vs a perturbed one per source task, both checked by the source's verifier."""
-        from k2post.synth.gym_tasks import wrong_answer
-
+        """Gold answer vs a wrong one (`pair_kind`) per source task, both checked by the source's verifier."""
         streams = [(name, env.tasks(split, seed=seed, n=n)) for name, env in self.source_envs.items()]
         rng = random.Random(f"calibration:{split}:{seed}")
         for tasks in zip(*(stream for _, stream in streams)):
@@ -118,16 +131,28 @@ class CriticCalibrationEnv(Environment):
                     continue
                 gold = str(task.answer)
                 correct = self.config.answer_template.format(answer=gold)
-                wrong = self.config.answer_template.format(answer=wrong_answer(gold, rng))
+                wrong = self.wrong_reply(gold, rng)
                 env, thr = self.source_envs[name], self.config.success_threshold
                 rc, rw = env.score(task, correct).value, env.score(task, wrong).value
                 if rc >= thr > rw:
                     yield CalibrationPair(source_env=name, source_task_id=task.id, prompt=list(task.messages), correct=correct,
                                           wrong=wrong, correct_reward=rc, wrong_reward=rw)
 
+    def wrong_reply(self, gold: str, rng: random.Random) -> str:
+        """The wrong response of a reference pair: a neighbouring number, or a malformed reply (`pair_kind`)."""
+        from k2post.synth.gym_tasks import wrong_answer
+
+        if self.config.pair_kind == "malformed":
+            return malformed_reply(self.config.answer_template, rng)[1]
+        return self.config.answer_template.format(answer=wrong_answer(gold, rng))
+
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
-        """The split's pairs file when configured, else reference pairs from the sources' split."""
-        path = self.config.heldout_pairs_path if split == "test" else self.config.train_pairs_path
+        """The split's pairs file when configured, else reference pairs from the sources' same split
+        (shifted: the sources' shifted tasks; a source without one raises)."""
+        check_split(self.name, split, SPLITS)
+        paths = {"train": self.config.train_pairs_path, "dev": self.config.dev_pairs_path,
+                 "test": self.config.heldout_pairs_path, "shifted": None}
+        path = paths[split]
         limit = DEFAULT_TASKS if n is None else max(n, 0)
         pairs = iter(load_pairs(path)) if path else self.reference_pairs(split, seed, limit)
         for count, pair in enumerate(pairs):

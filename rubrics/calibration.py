@@ -12,6 +12,12 @@ into the pairwise judge prompt of `rubrics.prompts.judge_messages`, with the cor
 A or B by a seeded coin (so a judge that always says A agrees half the time), and the gold
 position in `Task.answer`. The `critic_calibration` environment serves these tasks and rewards a
 verdict that agrees with the verifier (`agreement`).
+
+Reference pairs (no sampled model) pit the gold answer against either a neighbouring number
+(`pair_kind: reference`; the judge has to check the arithmetic) or a malformed reply
+(`pair_kind: malformed`; `malformed_reply`: an empty box, a truncated or repeated reply, no
+answer at all), which the verifier rejects because it reads no answer: a local, salient
+difference that a very small judge can learn.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from k2post.chat.types import Message
 from k2post.envs.base import Reward, Task
-from rubrics.prompts import judge_messages
+from rubrics.prompts import compact_judge_messages, judge_messages
 from rubrics.schema import Rubric
 from rubrics.verdict import parse_verdict
 
@@ -34,6 +40,22 @@ CORRECTNESS_RUBRIC = Rubric(
     text="The question has one correct final answer. The response whose final answer is correct is better, "
          "whatever its style or length; a wrong final answer loses.",
 )
+
+MALFORMED_REPLIES: dict[str, str] = {
+    "empty_box": "\\boxed{}",
+    "truncated": "{prefix}",
+    "repeated": "{prefix} {prefix} {prefix}",
+    "no_answer": "I do not know.",
+    "unknown": "{prefix} unknown.",
+}
+"""Malformed replies by kind; `{prefix}` is the answer template's text before `{answer}` (e.g. "The answer is")."""
+
+
+def malformed_reply(answer_template: str, rng: random.Random) -> tuple[str, str]:
+    """(kind, reply): a seeded malformed reply in the style of `answer_template`, with no answer in it."""
+    kind = rng.choice(sorted(MALFORMED_REPLIES))
+    prefix = answer_template.split("{answer}")[0].replace("{{", "{").replace("}}", "}").strip() or "The answer is"
+    return kind, MALFORMED_REPLIES[kind].replace("{prefix}", prefix)
 
 
 class CalibrationPair(BaseModel):
@@ -72,11 +94,16 @@ def correct_position(pair: CalibrationPair, seed: int) -> str:
     return "A" if random.Random(f"{seed}:{pair.key}").random() < 0.5 else "B"
 
 
-def calibration_task(pair: CalibrationPair, rubrics: Sequence[Rubric], seed: int, env_name: str = "critic_calibration") -> Task:
-    """The judge prompt of a pair as a Task; `answer` is the position of the verified-correct response."""
+def calibration_task(pair: CalibrationPair, rubrics: Sequence[Rubric], seed: int, env_name: str = "critic_calibration",
+                     compact: bool = False) -> Task:
+    """The judge prompt of a pair as a Task; `answer` is the position of the verified-correct response.
+
+    `compact`: the short one-message prompt (`compact_judge_messages`) instead of the full one.
+    """
     gold = correct_position(pair, seed)
     first, second = (pair.correct, pair.wrong) if gold == "A" else (pair.wrong, pair.correct)
-    return Task(id=f"cal-{pair.key}", env=env_name, task_type="critic", messages=judge_messages(pair.prompt, first, second, rubrics),
+    messages = (compact_judge_messages if compact else judge_messages)(pair.prompt, first, second, rubrics)
+    return Task(id=f"cal-{pair.key}", env=env_name, task_type="critic", messages=messages,
                 answer=gold, metadata={"source_env": pair.source_env, "source_task_id": pair.source_task_id})
 
 

@@ -35,6 +35,10 @@ could fake the frame: our delimiter tags (`<response_a>`, `</conversation>`, ...
 angle brackets (`(/response_a)`), and `[[` / `]]` become `[ [` / `] ]`, so a response cannot
 smuggle a verdict token the parser would read if the judge echoed it. The instruction comes
 last, after both responses, and appears exactly once.
+
+`compact_judge_messages` is the same frame for very small judges (the critic_calibration gym's
+`prompt_style: compact`): one user message, no system prompt, the rubric titles on one
+`Judge by:` line and a one-line instruction; about a third of the tokens of the full prompt.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ INSTRUCTION = (
     "rule should lose to one that does not. Give at most two short sentences of reasoning, then "
     "end your reply with exactly one of [[A]], [[B]] or [[TIE]]."
 )
+COMPACT_INSTRUCTION = "Which response is better? End with [[A]] or [[B]]."
 _GROUPS = (("core", "Core"), ("prescriptive", "Prescriptive (hard rules)"), ("task", "Task-specific"))
 _TAG_RE = re.compile(r"<\s*(/?)\s*(" + "|".join(TAGS) + r")\s*>", re.IGNORECASE)
 _TRUNCATED = "\n... [{count} characters cut] ...\n"
@@ -135,3 +140,27 @@ def judge_messages(
         ]
     )
     return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=user)]
+
+
+def compact_judge_messages(
+    prompt_messages: Sequence[Message],
+    response_a: str,
+    response_b: str,
+    rubrics: Sequence[Rubric],
+    max_response_chars: int | None = None,
+) -> list[Message]:
+    """One user message: the conversation, both responses, `Judge by: <rubric titles>`, COMPACT_INSTRUCTION.
+
+    The same tags and escaping as `judge_messages`; the rubric texts are left out (titles only).
+    """
+    titles = "; ".join(escape_untrusted(" ".join(rubric.title.split())) for rubric in rubrics) or "Overall helpfulness"
+    user = "\n\n".join(
+        [
+            _block("conversation", _conversation(prompt_messages, max_response_chars)),
+            _block("response_a", escape_untrusted(_clip(response_a, max_response_chars))),
+            _block("response_b", escape_untrusted(_clip(response_b, max_response_chars))),
+            f"Judge by: {titles}.",
+            COMPACT_INSTRUCTION,
+        ]
+    )
+    return [Message(role="user", content=user)]

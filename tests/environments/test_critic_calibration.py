@@ -9,7 +9,7 @@ from k2post.envs.mix import EnvEntryConfig
 from k2post.envs.registry import make_environment
 from rubrics.calibration import CalibrationPair
 
-CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
 SOURCES = [{"name": "math", "config": {"difficulty": 1}}, {"name": "reasoning_gym", "config": CHAIN_SUM}]
 
 
@@ -77,3 +77,56 @@ def test_a_task_without_gold_position_is_an_error_reward(env):
     task = next(env.tasks("test", n=1)).model_copy(update={"answer": None})
     reward = env.score(task, "[[A]]")
     assert reward.value == 0.0 and "no gold position" in reward.error
+
+
+MATH = {"difficulty": 1, "problem_types": ["add", "sub", "mul", "word"]}
+
+
+@pytest.fixture(scope="module")
+def malformed_env():
+    return make_environment("critic_calibration", {"sources": [{"name": "math", "config": MATH}], "pair_kind": "malformed",
+                                                   "prompt_style": "compact", "answer_template": "The answer is {answer}."})
+
+
+def test_malformed_pairs_fail_the_verifier_and_the_correct_one_passes(malformed_env):
+    from rubrics.calibration import MALFORMED_REPLIES
+
+    source = malformed_env.source_envs["math"]
+    src = {t.id: t for t in source.tasks("test", seed=0, n=40)}
+    tasks = list(malformed_env.tasks("test", seed=0, n=40))
+    assert len(tasks) == 40
+    wrongs = set()
+    for task in tasks:
+        other = "B" if task.answer == "A" else "A"
+        correct, wrong = _gold_text(task, task.answer), _gold_text(task, other)
+        src_task = src[task.metadata["source_task_id"]]
+        assert correct == f"The answer is {src_task.answer}." and source.score(src_task, correct).value == 1.0
+        verdict = source.score(src_task, wrong)
+        assert verdict.value == 0.0 and not any(ch.isdigit() for ch in verdict.info["extracted"] or "")  # no answer read
+        wrongs.add(wrong)
+    assert len(wrongs) == len(MALFORMED_REPLIES)  # every malformation of the table is drawn
+
+
+def test_malformed_pairs_keep_the_seeded_coin(malformed_env):
+    answers = [t.answer for t in malformed_env.tasks("test", seed=0, n=100)]
+    assert answers == [t.answer for t in malformed_env.tasks("test", seed=0, n=100)]
+    assert 35 < answers.count("A") < 65
+    moved = make_environment("critic_calibration", {**malformed_env.config.model_dump(), "placement_seed": 1})
+    assert [t.answer for t in moved.tasks("test", seed=0, n=100)] != answers
+
+
+def test_compact_prompt_is_short_and_one_message(malformed_env, env):
+    from rubrics.prompts import COMPACT_INSTRUCTION
+
+    task = next(malformed_env.tasks("test", seed=0, n=1))
+    assert [m.role for m in task.messages] == ["user"] and task.messages[0].content.endswith(COMPACT_INSTRUCTION)
+    assert "Judge by: Correct final answer." in task.messages[0].content
+    full = next(env.tasks("test", seed=0, n=1))
+    compact_chars = max(len(t.messages[0].content) for t in malformed_env.tasks("test", seed=0, n=50))
+    assert compact_chars < 420 and compact_chars * 2 < sum(len(m.content) for m in full.messages)
+
+
+def test_default_pair_kind_is_unchanged(env):
+    assert env.config.pair_kind == "reference" and env.config.prompt_style == "full"
+    task = next(env.tasks("test", seed=0, n=1))
+    assert [m.role for m in task.messages] == ["system", "user"]

@@ -61,3 +61,30 @@ def test_agreement(gold, reply, value, parsed):
 def test_pair_key_is_stable_and_content_addressed():
     assert _pair(1).key == _pair(1).key != _pair(2).key
     assert CalibrationPair.model_validate_json(_pair(1).model_dump_json()) == _pair(1)
+
+
+@pytest.mark.parametrize("template,prefix", [("The answer is {answer}.", "The answer is"), ("\\boxed{{{answer}}}", "\\boxed{"),
+                                             ("{answer}", "The answer is")])
+def test_malformed_replies_follow_the_template_and_carry_no_answer(template, prefix):
+    import random
+    import re
+
+    from rubrics.calibration import MALFORMED_REPLIES, malformed_reply
+
+    drawn = {malformed_reply(template, random.Random(i)) for i in range(60)}
+    assert {kind for kind, _ in drawn} == set(MALFORMED_REPLIES)
+    for kind, reply in drawn:
+        assert not re.search(r"\d", reply) and "{prefix}" not in reply
+        if kind in ("truncated", "repeated"):
+            assert reply.startswith(prefix)
+
+
+def test_compact_judge_task_escapes_and_places_like_the_full_one():
+    from rubrics.prompts import compact_judge_messages
+
+    pair = CalibrationPair(source_env="math", source_task_id="t", prompt=list(TASK.messages), correct="5 [[A]]", wrong="<response_b>6")
+    full, compact = calibration_task(pair, [CORRECTNESS_RUBRIC], 0), calibration_task(pair, [CORRECTNESS_RUBRIC], 0, compact=True)
+    assert full.answer == compact.answer and full.id == compact.id
+    user = compact.messages[0].content
+    assert "[[A]]" not in user.split("Judge by:")[0] and "(response_b)6" in user and user.count("<response_b>") == 1
+    assert compact_judge_messages(TASK.messages, "a", "b", [])[0].content.count("Overall helpfulness") == 1

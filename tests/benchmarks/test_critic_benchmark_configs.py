@@ -1,0 +1,40 @@
+"""benchmarks/critic_calibration.py's generated configs validate for both pair kinds (fast: no model, no run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k2post.config.loader import validate_config
+from k2post.rl.run_config import RLConfig
+from k2post.synth.config import SynthConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("critic_bench", ROOT / "benchmarks" / "critic_calibration.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv", [["--quick"], ["--pair-kind", "malformed", "--judge-rows", "12", "--critic-weight", "3"]])
+def test_synth_and_rl_configs_validate(argv, tmp_path, monkeypatch):
+    bench = _bench()
+    monkeypatch.setattr(sys, "argv", ["critic_calibration.py", "--out", str(tmp_path), *argv])
+    args = bench.parse_args()
+    synth = validate_config(SynthConfig, yaml.safe_load(bench.synth_config(args, tmp_path).read_text()), "synth.yaml")
+    rl = validate_config(RLConfig, bench.rl_config(args, tmp_path / "sft", tmp_path / "rl", None), "rl.yaml")
+    calibration = next(e for e in rl.envs if e.name == "critic_calibration")
+    if args.pair_kind == "malformed":
+        judge = next(g for g in synth.gym_tasks if g.env == "critic_calibration")
+        assert judge.tasks == 12 and judge.config["pair_kind"] == "malformed" and synth.gym_tasks[0].judge_share == 0
+        assert calibration.config["prompt_style"] == "compact" and rl.critic.harvest_pairs_per_group == 0 and calibration.weight == 3
+    else:
+        assert [g.env for g in synth.gym_tasks] == ["math"] and synth.gym_tasks[0].judge_share == 0.3
+        assert synth.gym_tasks[0].tasks == 300 and rl.critic.harvest_pairs_per_group == 2
