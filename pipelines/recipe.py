@@ -36,6 +36,10 @@ console = Console(highlight=False, width=max(140, shutil.get_terminal_size((140,
 SHOWN = re.compile(r"^(synth:|step \d+/|\{\"completed\"|rl: |model written|report:|\s*\S+\s+\d+\s+\d\.\d{3}|[┏┃┡│└]|k2post: error|.*Error)")
 
 
+# Where each stage config keeps the seed the recipe's `seed` sets.
+SEED_FIELDS = {"synth": "seed", "sft": "train.seed", "rl": "seed"}
+
+
 class StageError(RuntimeError):
     """A stage's command failed; the message names it and its log."""
 
@@ -63,8 +67,20 @@ def run_stage(name: str, command: list[str], logs: Path, timings: dict[str, floa
     console.print(f"  [dim]{name}: {timings[name]:.0f}s[/]")
 
 
-def env_names(rl_config: str, overrides: list[str]) -> list[str]:
-    return [entry.name for entry in load_run_config(rl_config, overrides, expected_kind="rl").envs]
+def env_names(rl_config: str, overrides: list[str]) -> tuple[list[str], list[str]]:
+    """The RL config's environments, and those of them that have a `shifted` split."""
+    from k2post.envs.registry import make_environment
+
+    entries = load_run_config(rl_config, overrides, expected_kind="rl").envs
+    return [e.name for e in entries], [e.name for e in entries if has_split(make_environment(e.name, e.config), "shifted")]
+
+
+def has_split(env: Any, split: str) -> bool:
+    """Whether `env.tasks(split)` yields tasks (an environment without the split raises a ValueError)."""
+    try:
+        return next(iter(env.tasks(split, seed=0, n=1)), None) is not None
+    except ValueError:
+        return False
 
 
 class Recipe:
@@ -75,7 +91,7 @@ class Recipe:
         self.model, self.synth, self.sft, self.rl = (Path(cfg.model.path), self.run_dir / "synth", self.run_dir / "sft",
                                                      self.run_dir / "rl")
         self.logs, self.timings = self.run_dir / "logs", {}
-        self.envs = env_names(cfg.rl, cfg.rl_overrides)
+        self.envs, self.shifted_envs = env_names(cfg.rl, cfg.rl_overrides)
 
     def stage_model(self) -> None:
         from k2post.models.loading import is_model_dir
@@ -84,35 +100,54 @@ class Recipe:
             return
         if self.cfg.model.flavor is None:
             raise ConfigError(f"model.path {str(self.model)!r} is not a model dir and model.flavor is null")
+        seed = self.cfg.model.seed if self.cfg.seed is None else self.cfg.seed
         run_stage("model", stage_command("model", "init", "--flavor", self.cfg.model.flavor, "--out", str(self.model),
-                                         "--seed", str(self.cfg.model.seed)), self.logs, self.timings)
+                                         "--seed", str(seed)), self.logs, self.timings)
 
     def stage_synth(self) -> None:
         if (self.synth / "stats.json").is_file() and (self.synth / "dataset").is_dir():
             return
-        run_stage("synth", stage_command("synth", self.cfg.synth, f"out_dir={self.synth}", *self.cfg.synth_overrides),
-                  self.logs, self.timings)
+        run_stage("synth", stage_command("synth", self.cfg.synth, f"out_dir={self.synth}", *self.seed_override("synth"),
+                                         *self.cfg.synth_overrides), self.logs, self.timings)
 
     def stage_sft(self) -> None:
         if (self.sft / "final" / "config.json").is_file():
             return
         resume = ["resume=true"] if self.sft.exists() else []
         run_stage("sft", stage_command("sft", self.cfg.sft, f"run_dir={self.sft}", f"model.path={self.model}", "model.flavor=null",
-                                       f"data.path={self.synth / 'dataset'}", *resume, *self.cfg.sft_overrides), self.logs, self.timings)
+                                       f"data.path={self.synth / 'dataset'}", *resume, *self.seed_override("sft"), *self.cfg.sft_overrides),
+                  self.logs, self.timings)
 
-    def stage_eval(self, name: str, target: Path, extra: list[str]) -> dict[str, Any]:
-        out = self.run_dir / "eval" / f"{name}.json"
+    def seed_override(self, kind: str) -> list[str]:
+        """The recipe's seed as an override of a stage config of `kind` (before the stage's own overrides, which win)."""
+        if self.cfg.seed is None:
+            return []
+        return [f"{SEED_FIELDS[kind]}={self.cfg.seed}"]
+
+    def stage_eval(self, name: str, target: Path, extra: list[str], split: str = "test") -> dict[str, Any]:
+        stage = name if split == "test" else f"{name}_{split}"
+        out = self.run_dir / "eval" / f"{stage}.json"
         if not out.is_file():
-            args = ["eval", str(target), *extra, "--n", str(self.cfg.eval_n), "--seed", str(self.cfg.eval_seed), "--out", str(out)]
-            run_stage(f"eval_{name}", stage_command(*args), self.logs, self.timings)
+            args = ["eval", str(target), *extra, "--n", str(self.cfg.eval_n), "--seed", str(self.cfg.eval_seed), "--split", split,
+                    "--out", str(out)]
+            run_stage(f"eval_{stage}", stage_command(*args), self.logs, self.timings)
         return json.loads(out.read_text())
+
+    def evals(self, name: str, target: Path, config: Path) -> dict[str, dict[str, Any]]:
+        """The test-split eval of `target` over the RL envs, and the shifted one over those that have a shifted set."""
+        out = {}
+        for split, names in (("test", self.envs), ("shifted", self.shifted_envs)):
+            if names:
+                flags = [flag for n in names for flag in ("--env", n)]
+                out[split] = self.stage_eval(name, target, [*flags, "--env-config", str(config)], split)
+        return out
 
     def rl_config_file(self) -> Path:
         """The RL config with the recipe's overrides applied (what `eval before` reads env configs and budgets from)."""
         from k2post.config.loader import dump_yaml
 
-        cfg = load_run_config(self.cfg.rl, [*self.cfg.rl_overrides, f"run_dir={self.rl}", f"model.path={self.sft / 'final'}",
-                                            "model.flavor=null"], expected_kind="rl")
+        cfg = load_run_config(self.cfg.rl, [*self.seed_override("rl"), *self.cfg.rl_overrides, f"run_dir={self.rl}",
+                                            f"model.path={self.sft / 'final'}", "model.flavor=null"], expected_kind="rl")
         path = self.run_dir / "rl_config.yaml"
         path.write_text(dump_yaml(cfg))
         return path
@@ -134,35 +169,43 @@ class Recipe:
         self.stage_synth()
         self.stage_sft()
         rl_config = self.rl_config_file()
-        env_flags = [flag for name in self.envs for flag in ("--env", name)]
-        before = self.stage_eval("before_rl", self.sft / "final", [*env_flags, "--env-config", str(rl_config)])
+        before = self.evals("before_rl", self.sft / "final", rl_config)
         self.stage_rl(rl_config)
-        after = self.stage_eval("after_rl", self.rl, env_flags)
+        after = self.evals("after_rl", self.rl, rl_config)
         return self.report(before, after, time.perf_counter() - started)
 
     def report(self, before: dict[str, Any], after: dict[str, Any], wall_s: float) -> dict[str, Any]:
-        """report.json, the before/after bar chart and the console table."""
-        rows = {name: {"before": before["envs"][name], "after": after["envs"][name]} for name in self.envs}
-        report = {"envs": rows, "mean_accuracy_before": before["mean_accuracy"], "mean_accuracy_after": after["mean_accuracy"],
+        """report.json (test split under "envs", shifted sets under "shifted"), the bar chart and the console tables."""
+        sections = {split: {name: {"before": before[split]["envs"][name], "after": after[split]["envs"][name]}
+                            for name in before[split]["envs"]} for split in before}
+        report = {"seed": self.cfg.seed, "envs": sections["test"], "shifted": sections.get("shifted", {}),
+                  "mean_accuracy_before": before["test"]["mean_accuracy"], "mean_accuracy_after": after["test"]["mean_accuracy"],
                   "eval_n": self.cfg.eval_n, "eval_seed": self.cfg.eval_seed, "stage_seconds": self.timings,
                   "wall_s": round(wall_s, 1), "rl_plots": sorted(p.name for p in (self.rl / "plots").glob("*.png"))}
+        rows = sections["test"]
         (self.run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         plot_before_after(rows, self.run_dir / "heldout_before_after.png")
         console.print(report_table(report))
+        if report["shifted"]:
+            console.print(report_table({**report, "envs": report["shifted"]}, "shifted"))
         console.print(f"report: {self.run_dir / 'report.json'}  plot: {self.run_dir / 'heldout_before_after.png'}  "
                       f"RL curves: {self.rl / 'plots'}/")
         return report
 
 
-def report_table(report: dict[str, Any]) -> Table:
-    table = Table(title=f"held-out accuracy before and after RL ({report['eval_n']} test tasks per env, seed {report['eval_seed']})")
+def report_table(report: dict[str, Any], split: str = "test") -> Table:
+    """Before/after accuracy per env; the mean row for the test split (the shifted table's mean is its own)."""
+    sizes = sorted({pair["before"]["n"] for pair in report["envs"].values()})
+    title = f"held-out {split} accuracy before and after RL ({'/'.join(map(str, sizes))} tasks per env, recipe seed {report['seed']})"
+    table = Table(title=title)
     for column in ("env", "before RL", "after RL", "change", "truncated before", "truncated after"):
         table.add_column(column, justify="left" if column == "env" else "right")
     for name, pair in report["envs"].items():
         b, a = pair["before"], pair["after"]
         table.add_row(name, f"{b['accuracy']:.3f}", f"{a['accuracy']:.3f}", f"{a['accuracy'] - b['accuracy']:+.3f}",
                       f"{b['truncation_rate']:.2f}", f"{a['truncation_rate']:.2f}")
-    mean_b, mean_a = report["mean_accuracy_before"], report["mean_accuracy_after"]
+    mean_b = sum(p["before"]["accuracy"] for p in report["envs"].values()) / len(report["envs"])
+    mean_a = sum(p["after"]["accuracy"] for p in report["envs"].values()) / len(report["envs"])
     table.add_row("[bold]mean", f"{mean_b:.3f}", f"{mean_a:.3f}", f"[bold]{mean_a - mean_b:+.3f}", "", "")
     return table
 

@@ -74,7 +74,12 @@ class RecipeConfig(K2Config):
     synth_overrides: list[str] = Field(default_factory=list, description="Extra key.path=value overrides of the synth stage.")
     sft_overrides: list[str] = Field(default_factory=list, description="Extra key.path=value overrides of the SFT stage.")
     rl_overrides: list[str] = Field(default_factory=list, description="Extra key.path=value overrides of the RL stage.")
-    eval_n: int = Field(128, ge=1, description="Held-out (test split) tasks per environment, before and after RL.")
+    seed: int | None = Field(
+        None,
+        description="One seed for every stage (model init, synth tasks, SFT data order and torch, RL pools and sampling): "
+        "`seed=1` reruns the whole recipe as another seed. null: each stage config's own seed (model.seed for the model).",
+    )
+    eval_n: int = Field(200, ge=1, description="Held-out tasks per environment (test split and shifted sets), before and after RL.")
     eval_seed: int = Field(1, description="Seed of the held-out draw (the RL run's in-loop eval uses the RL seed).")
     fresh: bool = Field(False, description="Redo every stage (false: a stage whose output is complete is skipped, a cut one resumed).")
 

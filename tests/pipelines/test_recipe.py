@@ -52,7 +52,11 @@ def test_recipe_chains_every_stage_reports_and_skips_on_rerun(tiny_qwen2_dir):
         report = json.loads((run_dir / "report.json").read_text())
         assert set(report["envs"]) == {"reasoning_gym", "math", "tool_use"}
         assert all(pair["before"]["n"] == 4 and pair["after"]["n"] == 4 for pair in report["envs"].values())
-        assert set(report["stage_seconds"]) == {"synth", "sft", "eval_before_rl", "rl", "eval_after_rl"}
+        assert set(report["shifted"]) == {"reasoning_gym", "math", "tool_use"} and report["seed"] == 0
+        assert set(report["stage_seconds"]) == {"synth", "sft", "eval_before_rl", "eval_before_rl_shifted", "rl", "eval_after_rl",
+                                                "eval_after_rl_shifted"}
+        shifted = json.loads((run_dir / "eval" / "before_rl_shifted.json").read_text())
+        assert shifted["split"] == "shifted" and shifted["env_configs"]["tool_use"]["toolsets"] == ["calculator"]
         assert "heldout_accuracy.png" in report["rl_plots"] and "before RL" in done.stdout
         before = json.loads((run_dir / "eval" / "before_rl.json").read_text())
         assert before["model"] == str(run_dir / "sft" / "final") and before["env_configs"]["reasoning_gym"]["dataset"] == "chain_sum"
@@ -63,3 +67,18 @@ def test_recipe_chains_every_stage_reports_and_skips_on_rerun(tiny_qwen2_dir):
         assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
         rerun = json.loads((run_dir / "report.json").read_text())
         assert rerun["stage_seconds"] == {} and rerun["envs"] == report["envs"]
+
+
+@pytest.mark.parametrize("seed,expected", [(None, 0), (3, 3)])
+def test_recipe_seed_reaches_every_stage_config(tmp_path, seed, expected):
+    """`seed=S` on the recipe is the seed of the model init, synth, SFT and RL stages (null: each config's own)."""
+    from k2post.config.registry import load_run_config
+    from pipelines.recipe import Recipe
+
+    overrides = [f"run_dir={tmp_path}", f"seed={'null' if seed is None else seed}"]
+    recipe = Recipe(load_run_config(str(REPO / "configs" / "recipe_demo.yaml"), overrides, expected_kind="recipe"))
+    assert recipe.seed_override("sft") == ([] if seed is None else [f"train.seed={seed}"])
+    assert load_run_config(str(recipe.rl_config_file()), [], expected_kind="rl").seed == expected
+    assert load_run_config(recipe.cfg.synth, recipe.seed_override("synth"), expected_kind="synth").seed == expected
+    assert load_run_config(recipe.cfg.sft, recipe.seed_override("sft"), expected_kind="sft").train.seed == expected
+    assert recipe.shifted_envs and set(recipe.shifted_envs) <= set(recipe.envs)
