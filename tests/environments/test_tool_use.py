@@ -419,13 +419,13 @@ def test_demo_held_out_splits_are_disjoint(demo: ToolUseEnv, first: str, second:
 @pytest.mark.parametrize("split", ["dev", "test", "shifted"])
 def test_demo_train_never_yields_a_held_out_task(demo: ToolUseEnv, split: str) -> None:
     train = {c for seed in range(3) for c in _contents(demo, "train", seed=seed, n=300)}
-    assert len(train) == 900 and not train & set(_contents(demo, split))
+    assert len(train) > 850 and not train & set(_contents(demo, split))  # seeds may repeat a few 2-digit requests
 
 
 def test_demo_shifted_uses_unseen_templates_from_the_test_share(demo: ToolUseEnv) -> None:
     shifted = list(demo.tasks("shifted", n=60))
-    assert {t.metadata["template"] for t in shifted} == {"bank_cover_shortfall", "bank_sweep"}
-    assert {t.metadata["template"] for t in demo.tasks("train", n=60)} == {"bank_transfer_report"}
+    assert {t.metadata["template"] for t in shifted} == {"calc_multiply_wide", "calc_multiply_add"}
+    assert {t.metadata["template"] for t in demo.tasks("train", n=60)} == {"calc_multiply", "calc_sum"}
     assert all(demo.split_of(Scenario.model_validate(t.answer)) == "test" for t in shifted)
     assert all(t.id.startswith("shifted-0-") for t in shifted)
 

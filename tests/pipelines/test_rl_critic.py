@@ -26,7 +26,7 @@ from proc_helpers import run_bounded
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 K = 4
-IF_CONFIG = {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8}
+IF_CONFIG = {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8, "dev_size": 8}
 REPLIES = ["all in lowercase here.", "Not In Lowercase Here."]  # the policy says either, about half the time each
 
 

@@ -80,7 +80,7 @@ def test_metrics_and_outputs(learn_run):
     assert lrs[4] == pytest.approx(2e-3) and lrs[-1] < lrs[10]  # warmup then cosine decay
     report = json.loads((run_dir / "data_report.json").read_text())
     assert report["num_bad_rows"] == 0 and report["train_examples"] + report["eval_examples"] == 160
-    assert set(report["domains"]) == {"bank", "calendar", "filesystem"}
+    assert set(report["domains"]) == {"bank", "calculator", "calendar", "filesystem"}
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-40", "step-60"]
     assert json.loads((run_dir / "summary.json").read_text())["eval_loss_end"] == summary["eval_loss_end"]
 
