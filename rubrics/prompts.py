@@ -118,6 +118,15 @@ def format_rubrics(rubrics: Sequence[Rubric]) -> str:
     return "\n".join(lines)
 
 
+def _pair_blocks(prompt_messages: Sequence[Message], response_a: str, response_b: str, max_chars: int | None) -> list[str]:
+    """The tagged conversation and the two (escaped, clipped) responses of a judge prompt."""
+    return [
+        _block("conversation", _conversation(prompt_messages, max_chars)),
+        _block("response_a", escape_untrusted(_clip(response_a, max_chars))),
+        _block("response_b", escape_untrusted(_clip(response_b, max_chars))),
+    ]
+
+
 def judge_messages(
     prompt_messages: Sequence[Message],
     response_a: str,
@@ -130,15 +139,8 @@ def judge_messages(
     Texts longer than `max_response_chars` keep their head and tail (the cut is marked).
     No rubrics → a single generic helpfulness rubric is shown.
     """
-    user = "\n\n".join(
-        [
-            _block("conversation", _conversation(prompt_messages, max_response_chars)),
-            _block("response_a", escape_untrusted(_clip(response_a, max_response_chars))),
-            _block("response_b", escape_untrusted(_clip(response_b, max_response_chars))),
-            format_rubrics(rubrics),
-            INSTRUCTION,
-        ]
-    )
+    blocks = _pair_blocks(prompt_messages, response_a, response_b, max_response_chars)
+    user = "\n\n".join([*blocks, format_rubrics(rubrics), INSTRUCTION])
     return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=user)]
 
 
@@ -154,13 +156,6 @@ def compact_judge_messages(
     The same tags and escaping as `judge_messages`; the rubric texts are left out (titles only).
     """
     titles = "; ".join(escape_untrusted(" ".join(rubric.title.split())) for rubric in rubrics) or "Overall helpfulness"
-    user = "\n\n".join(
-        [
-            _block("conversation", _conversation(prompt_messages, max_response_chars)),
-            _block("response_a", escape_untrusted(_clip(response_a, max_response_chars))),
-            _block("response_b", escape_untrusted(_clip(response_b, max_response_chars))),
-            f"Judge by: {titles}.",
-            COMPACT_INSTRUCTION,
-        ]
-    )
+    blocks = _pair_blocks(prompt_messages, response_a, response_b, max_response_chars)
+    user = "\n\n".join([*blocks, f"Judge by: {titles}.", COMPACT_INSTRUCTION])
     return [Message(role="user", content=user)]
