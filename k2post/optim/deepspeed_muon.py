@@ -7,14 +7,16 @@ parameter's elements sit in the partitions (`k2post.optim.zero_layout`) and step
 
 - AdamW groups: `adamw_step_` on the flat partition (AdamW is elementwise: exact).
 - Muon groups (Distributed Muon, Moonlight-style): momentum on the local shard
-  (`muon_direction`, elementwise), one all-gather per flat partition of the bf16 direction
-  (NS casts its input to bf16 first, so gathering bf16 is exact and halves the traffic),
+  (`muon_direction`, elementwise), one all-gather per flat partition of the direction in the
+  NS dtype (`ns_compute_dtype`: NS casts its input to it first, so gathering bf16 on GPU is exact
+  and halves the traffic),
   rebuild each full matrix with a local piece (3-D expert stacks stay one tensor, NS per
   expert), orthogonalize it with MuonClip's own `orthogonalize_many` (same-shaped matrices
   batched), and apply
   W <- W (1 - lr wd) - lr * 0.2 sqrt(max(n, m)) * NS(D) to the local elements only.
   Every rank runs NS on bit-identical inputs, so a matrix split across two ranks is updated
-  consistently, and the result equals single-process `MuonClip` on the same gradient.
+  consistently, and the result equals single-process `MuonClip` on the same gradient (bit for
+  bit in bf16 NS on AVX-512 CPUs; up to a few fp32 ulps of batched vs per-tensor GEMMs otherwise).
 - Not bound / ZeRO stage 0: params are whole tensors and the step is `muon_step_` /
   `adamw_step_` per tensor (same numerics as `MuonClip`).
 
@@ -56,6 +58,7 @@ from k2post.optim.muon import (
     run_closure,
     rms_factor,
 )
+from k2post.optim.newton_schulz import ns_compute_dtype
 from k2post.optim.param_groups import ParamSpecError, build_param_groups, row_splits
 from k2post.optim.qk_clip import (
     MaxLogitRecorder,
@@ -222,17 +225,18 @@ class ZeroMuonClip(torch.optim.Optimizer):
             adamw_step_(flat, flat.grad, self.state[flat], group)
 
     def _muon_flat_step(self, flat: Tensor, bound: BoundFlat, group: dict[str, Any]) -> None:
-        """Local momentum -> all-gather bf16 directions -> NS of full matrices -> update local pieces."""
+        """Local momentum -> all-gather directions in the NS dtype -> NS of full matrices -> update local pieces."""
         state = self.state[flat]
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(flat)  # [P]
         direction = muon_direction(flat.grad, state["momentum_buffer"], group["momentum"], group["nesterov"])
-        parts = self.gather(direction.to(torch.bfloat16), bound)  # R x [P] bf16
+        dtype = ns_compute_dtype(group.get("ns_dtype", "bfloat16"), flat.device)
+        parts = self.gather(direction.to(dtype), bound)  # R x [P], NS dtype
         rank, lr, wd = bound.layout.rank, float(group["lr"]), group["weight_decay"]
         slots = [(slot, row_splits(slot.name, tuple(slot.shape), self.cfg)) for slot in bound.layout.local_slots()]
         for batch in _shape_batches(slots):
-            fulls = [matrix_view(assemble_full(slot, parts), k) for slot, k in batch]  # [B, n, m] bf16 each
-            orthos = orthogonalize_many(fulls, group["ns_steps"], group["ns_eps"])
+            fulls = [matrix_view(assemble_full(slot, parts), k) for slot, k in batch]  # [B, n, m] NS dtype each
+            orthos = orthogonalize_many(fulls, group["ns_steps"], group["ns_eps"], dtype)
             for (slot, _), ortho, full in zip(batch, orthos, fulls):
                 ortho_flat, scale = ortho.reshape(-1), rms_factor(full.shape, group["rms_scale"])  # same order as the slot
                 for piece in slot.local_pieces(rank):

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from k2post.optim.config import OptimConfig
-from k2post.optim.newton_schulz import newton_schulz_wide, orthogonalize
+from k2post.optim.newton_schulz import newton_schulz_wide, ns_compute_dtype, orthogonalize
 from k2post.optim.param_groups import ParamSpecError, build_param_groups, row_splits
 
 # Same-shaped Muon directions are orthogonalized together in batches of at most this many
@@ -61,6 +61,7 @@ def group_hparams(cfg: OptimConfig) -> dict[str, Any]:
         "nesterov": cfg.nesterov,
         "ns_steps": cfg.ns_steps,
         "ns_eps": cfg.ns_eps,
+        "ns_dtype": cfg.ns_dtype,
         "rms_scale": cfg.rms_scale,
         "betas": tuple(cfg.adamw_betas),
         "eps": cfg.adamw_eps,
@@ -141,7 +142,8 @@ def muon_step_(
     """
     buf = _momentum_buffer(state, param)
     direction = matrix_view(muon_direction(grad, buf, group["momentum"], group["nesterov"]), splits)
-    ortho = orthogonalize(direction.to(torch.bfloat16), steps=group["ns_steps"], eps=group["ns_eps"])
+    dtype = ns_compute_dtype(group.get("ns_dtype", "bfloat16"), param.device)
+    ortho = orthogonalize(direction.to(dtype), steps=group["ns_steps"], eps=group["ns_eps"], dtype=dtype)
     scale = rms_factor(direction.shape, group["rms_scale"])
     apply_update_(param, ortho.reshape(param.shape), float(group["lr"]), group["weight_decay"], scale)
     if stats is not None:
@@ -206,27 +208,29 @@ def _prefer_unbatched(example: Tensor, matrix_numel: int) -> bool:
     return example.device.type == "cpu" and matrix_numel > CPU_BATCH_MAX_MATRIX_NUMEL
 
 
-def orthogonalize_many(directions: list[Tensor], steps: int = 5, eps: float = 1e-7) -> list[Tensor]:
+def orthogonalize_many(
+    directions: list[Tensor], steps: int = 5, eps: float = 1e-7, dtype: torch.dtype = torch.bfloat16
+) -> list[Tensor]:
     """NS of directions that share their last two dims ([n, m] or [E, n, m]) in one batched
-    bf16 call; returns bf16 tensors of the directions' shapes (unscaled: multiply by `rms_factor`).
+    call in `dtype`; returns `dtype` tensors of the directions' shapes (unscaled: multiply by `rms_factor`).
 
-    The directions are copied (cast to bf16, tall ones transposed) into one contiguous wide
+    The directions are copied (cast to `dtype`, tall ones transposed) into one contiguous wide
     stack [B, min, max] in a single pass, orthogonalized together, and returned as views.
     """
     n, m = directions[0].shape[-2:]
     if len(directions) == 1 or _prefer_unbatched(directions[0], n * m):
-        return [orthogonalize(d.to(torch.bfloat16), steps=steps, eps=eps) for d in directions]
+        return [orthogonalize(d.to(dtype), steps=steps, eps=eps, dtype=dtype) for d in directions]
     if any(d.shape[-2:] != (n, m) or d.ndim not in (2, 3) for d in directions):
         shapes = [tuple(d.shape) for d in directions]
         raise ValueError(f"orthogonalize_many takes [n, m] / [E, n, m] tensors sharing one [n, m], got {shapes}")
     tall = n > m
     sizes = [d.numel() // (n * m) for d in directions]
     wide = (m, n) if tall else (n, m)
-    stacked = torch.empty((sum(sizes), *wide), dtype=torch.bfloat16, device=directions[0].device)  # [B, min, max]
+    stacked = torch.empty((sum(sizes), *wide), dtype=dtype, device=directions[0].device)  # [B, min, max]
     for chunk, direction in zip(stacked.split(sizes), directions):
         src = direction.reshape(-1, n, m)  # [E, n, m]
         chunk.copy_(src.mT if tall else src)
-    ortho = newton_schulz_wide(stacked, steps, eps)  # [B, min, max], bf16
+    ortho = newton_schulz_wide(stacked, steps, eps)  # [B, min, max], dtype
     chunks = [chunk.mT if tall else chunk for chunk in ortho.split(sizes)]  # [E, n, m] views
     return [chunk.reshape(d.shape) for chunk, d in zip(chunks, directions)]  # views, no copies
 
@@ -276,11 +280,12 @@ class MuonClip(torch.optim.Optimizer):
         names = group.get("names") or [""] * len(group["params"])
         params = [(p, row_splits(name, tuple(p.shape), self.cfg)) for name, p in zip(names, group["params"]) if p.grad is not None]
         for batch in _batches(params):
+            dtype = ns_compute_dtype(group.get("ns_dtype", "bfloat16"), batch[0][0].device)
             directions = [
                 matrix_view(muon_direction(p.grad, _momentum_buffer(self.state[p], p), group["momentum"], group["nesterov"]), k)
                 for p, k in batch
             ]
-            orthos = orthogonalize_many(directions, group["ns_steps"], group["ns_eps"])
+            orthos = orthogonalize_many(directions, group["ns_steps"], group["ns_eps"], dtype)
             for (param, _), ortho, direction in zip(batch, orthos, directions):
                 scale = rms_factor(direction.shape, group["rms_scale"])
                 apply_update_(param, ortho.reshape(param.shape), lr, wd, scale)

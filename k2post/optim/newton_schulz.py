@@ -26,6 +26,18 @@ import torch
 from torch import Tensor
 
 NS_COEFFS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
+NS_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def ns_compute_dtype(setting: str, device: torch.device) -> torch.dtype:
+    """The dtype NS runs in: `setting` (`OptimConfig.ns_dtype`), "auto" = bf16 on an accelerator, fp32 on CPU.
+
+    CPUs without native bf16 matmul (AVX2-only x86) run bf16 GEMMs ~20x slower than fp32, and fp32 gives the
+    same update on every CPU; torch.optim.Muon's numbers are `ns_dtype: bfloat16`.
+    """
+    if setting == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return NS_DTYPES[setting]
 
 
 def _ns_iteration(X: Tensor, a: float, b: float, c: float) -> Tensor:
@@ -50,14 +62,14 @@ def newton_schulz_wide(
     eps: float = 1e-7,
     coeffs: tuple[float, float, float] = NS_COEFFS,
 ) -> Tensor:
-    """The NS iteration on X [n, m] or [B, n, m] that is already bf16 and wide (n <= m).
+    """The NS iteration on X [n, m] or [B, n, m] that is already in the compute dtype and wide (n <= m).
 
-    Each matrix is normalized by its own Frobenius norm. Returns a new bf16 tensor; X is
+    Each matrix is normalized by its own Frobenius norm. Returns a new tensor of X's dtype; X is
     not modified. Callers that batch many matrices build X in this layout directly
     (one fused copy+cast+transpose) and call this instead of `orthogonalize`.
     """
     a, b, c = coeffs
-    norm = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)  # [(B,) 1, 1], bf16
+    norm = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)  # [(B,) 1, 1], X's dtype
     X = X / (norm + eps)  # a new tensor: the caller's storage is never touched
     for _ in range(steps):
         X = _ns_iteration(X, a, b, c)
@@ -69,14 +81,15 @@ def orthogonalize(
     steps: int = 5,
     eps: float = 1e-7,
     coeffs: tuple[float, float, float] = NS_COEFFS,
+    dtype: torch.dtype = torch.bfloat16,
 ) -> Tensor:
-    """Approximate U V^T of each matrix in M [..., n, m] with `steps` bf16 Newton-Schulz steps.
+    """Approximate U V^T of each matrix in M [..., n, m] with `steps` Newton-Schulz steps in `dtype`.
 
     Returns a new tensor of M's shape and dtype; M is not modified.
     """
     if M.ndim < 2:
         raise ValueError(f"orthogonalize needs a matrix or a batch of matrices, got shape {tuple(M.shape)}")
-    X = _flatten_batch(M).to(torch.bfloat16)  # [(B,) n, m]
+    X = _flatten_batch(M).to(dtype)  # [(B,) n, m]
     tall = M.size(-2) > M.size(-1)
     if tall:
         # [(B,) m, n]: the wide orientation, A = X X^T is [m, m]. A 2-D view is fine (BLAS

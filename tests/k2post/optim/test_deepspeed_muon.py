@@ -354,40 +354,43 @@ def _max_diff(a: dict, b: dict) -> float:
 
 
 CASES = [(kind, stage) for kind in ("qwen2", "k2") for stage in STAGES]
+# NS runs in fp32 on CPU (`ns_dtype: auto`). Batched and per-tensor GEMMs, and gloo's and our gradient averages,
+# round differently by a few fp32 ulps depending on the CPU's kernels (seen: up to 1.4e-6 on AVX2, 0 on AVX-512);
+# one step moves a param by ~4e-3 here, and a misplaced slice or a wrong scale moves it by that much, not 1e-5.
+FP32_NS_TOL = 1e-5
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind,stage", [case for case in CASES if case[1] > 0])
 def test_every_step_equals_muonclip_on_the_same_gradient(ds_run, kind, stage):
-    """Each ZeroMuonClip step == MuonClip on the gathered params + DeepSpeed's gradient, bit for bit."""
+    """Each ZeroMuonClip step == MuonClip on the gathered params + DeepSpeed's gradient, up to fp32 GEMM rounding."""
     result = ds_run[0][kind, stage]
     assert result["stage_seen"] == stage and result["world"] == WORLD
     assert result["audit_steps"] == 2 * 4  # (STEPS + 1) steps x 2 groups (Muon, AdamW)
-    assert result["audit_max_diff"] == 0.0
+    assert result["audit_max_diff"] <= FP32_NS_TOL
     assert result["master_vs_model"] == 0.0  # fp32 masters and the model copy agree after QK-Clip
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind,stage", [case for case in CASES if case[1] < 3])
-def test_zero012_equals_single_process_bitwise(ds_run, kind, stage):
+def test_zero012_equals_single_process(ds_run, kind, stage):
     """ZeRO-0/1/2 training + QK-Clip == single-process MuonClip (+ QK-Clip) with the same two micro-batches."""
     result, ref = ds_run[0][kind, stage], ds_run[1][kind]["micro"]
     assert result["stage_seen"] == stage
-    assert _max_diff(result["A"], ref["A"]) == 0.0
-    assert _max_diff(result["B"], ref["B"]) == 0.0
-    assert result["tau"] == ref["tau"]
+    assert _max_diff(result["A"], ref["A"]) <= FP32_NS_TOL
+    assert _max_diff(result["B"], ref["B"]) <= FP32_NS_TOL
+    assert result["tau"] == pytest.approx(ref["tau"], rel=1e-5)
     assert result["clipped"] == ref["clipped"] and result["clipped"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind,stage", CASES)
 def test_close_to_full_batch_single_process(ds_run, kind, stage):
-    """Against one full-batch forward, every stage stays within the bf16-NS rounding noise.
+    """Against one full-batch forward, every stage stays within the NS rounding noise.
 
     The full-batch gradient differs from the mean of the halves' gradients by ~1e-7 relative;
-    bf16 Newton-Schulz turns that into ~1 bf16 ulp of some update entries (lr * 0.008 per
-    step), which is what single-process MuonClip itself shows between the two (`noise`; 0.03-0.15
-    of a step's movement depending on the CPU's BLAS kernels).
+    Newton-Schulz amplifies that (in bf16 to ~1 ulp of some update entries), which is what
+    single-process MuonClip itself shows between the two (`noise`, depending on the CPU's BLAS kernels).
     ZeRO-3's forward/backward also rounds a little differently, which lands in the same band.
     """
     result, refs = ds_run[0][kind, stage], ds_run[1][kind]

@@ -26,7 +26,7 @@ from k2post.optim.muon import (
     muon_update,
     orthogonalize_many,
 )
-from k2post.optim.newton_schulz import NS_COEFFS, orthogonalize
+from k2post.optim.newton_schulz import NS_COEFFS, ns_compute_dtype, orthogonalize
 from k2post.optim.param_groups import ParamSpecError, row_splits
 
 BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
@@ -144,7 +144,7 @@ def test_muon_matches_torch_muon(shapes: list[tuple[int, int]], weight_decay: fl
     """torch decays W <- W(1 - lr*wd) with the unadjusted lr, like K2, so one test covers both."""
     ours = _params(shapes)
     theirs = _clone(ours)
-    cfg = OptimConfig(lr=0.02, weight_decay=weight_decay)
+    cfg = OptimConfig(lr=0.02, weight_decay=weight_decay, ns_dtype="bfloat16")
     opt = MuonClip([{"params": ours, "use_muon": True}], cfg)
     ref = torch.optim.Muon(theirs, lr=0.02, weight_decay=weight_decay, momentum=0.95, nesterov=True,
                            ns_steps=5, adjust_lr_fn="match_rms_adamw")
@@ -160,7 +160,7 @@ def test_muon_matches_torch_muon(shapes: list[tuple[int, int]], weight_decay: fl
 def test_muon_without_nesterov_matches_torch() -> None:
     ours = _params([(48, 80)])
     theirs = _clone(ours)
-    opt = MuonClip([{"params": ours, "use_muon": True}], OptimConfig(lr=0.01, nesterov=False, momentum=0.9))
+    opt = MuonClip([{"params": ours, "use_muon": True}], OptimConfig(lr=0.01, nesterov=False, momentum=0.9, ns_dtype="bfloat16"))
     ref = torch.optim.Muon(theirs, lr=0.01, weight_decay=0.1, momentum=0.9, nesterov=False,
                            adjust_lr_fn="match_rms_adamw")
     for step in range(3):
@@ -168,6 +168,28 @@ def test_muon_without_nesterov_matches_torch() -> None:
         opt.step()
         ref.step()
     torch.testing.assert_close(ours[0], theirs[0])
+
+
+@pytest.mark.parametrize("setting,device,expected", [("auto", "cpu", torch.float32), ("auto", "cuda", torch.bfloat16),
+                                                     ("bfloat16", "cpu", torch.bfloat16), ("float32", "cuda", torch.float32)])
+def test_ns_compute_dtype(setting: str, device: str, expected: torch.dtype) -> None:
+    assert ns_compute_dtype(setting, torch.device(device)) == expected
+
+
+def test_fp32_ns_step_is_torch_muon_within_bf16_rounding() -> None:
+    """The CPU default (`ns_dtype: auto` = fp32 NS) gives torch.optim.Muon's (bf16) step up to bf16 rounding."""
+    ours = _params(SHAPE_SETS["mixed+batched"])
+    theirs = _clone(ours)
+    opt = MuonClip([{"params": ours, "use_muon": True}], OptimConfig(lr=0.02, weight_decay=0.1))
+    ref = torch.optim.Muon(theirs, lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw")
+    before = _clone(ours)
+    _set_grads([ours, theirs], 0)
+    opt.step()
+    ref.step()
+    for p, q, p0 in zip(ours, theirs, before):
+        step_ours, step_ref = p.detach() - p0.detach(), q.detach() - p0.detach()
+        assert not torch.equal(step_ours, step_ref)  # fp32 really ran
+        torch.testing.assert_close(step_ours, step_ref, atol=0.02 * step_ref.abs().max().item(), rtol=0.05)
 
 
 def test_weight_decay_formula() -> None:
