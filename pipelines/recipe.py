@@ -88,7 +88,7 @@ class Recipe:
 
     def __init__(self, cfg: RecipeConfig) -> None:
         self.cfg, self.run_dir = cfg, Path(cfg.run_dir)
-        self.model, self.synth, self.sft, self.rl = (Path(cfg.model.path), self.run_dir / "synth", self.run_dir / "sft",
+        self.model, self.synth, self.sft, self.rl = (Path(cfg.model.path.replace("{run_dir}", cfg.run_dir)), self.run_dir / "synth", self.run_dir / "sft",
                                                      self.run_dir / "rl")
         self.logs, self.timings = self.run_dir / "logs", {}
         self.envs, self.shifted_envs = env_names(cfg.rl, cfg.rl_overrides)

@@ -65,8 +65,9 @@ class RecipeConfig(K2Config):
     kind: Literal["recipe"] = Field("recipe", description="Run config kind; must be 'recipe'.")
     run_dir: str = Field("runs/demo", description="Everything goes here: model/, synth/, sft/, rl/, eval/, logs/, report.")
     model: ModelConfig = Field(
-        default_factory=lambda: ModelConfig(flavor="tiny-qwen2", path="runs/demo/model"),
-        description="The starting model (built from `flavor` when `path` does not exist).",
+        default_factory=lambda: ModelConfig(flavor="tiny-qwen2", path="{run_dir}/model"),
+        description="The starting model (built from `flavor` when `path` does not exist); `{run_dir}` in `path` is "
+        "replaced by run_dir, so each seed's run builds its own init.",
     )
     synth: str = Field("configs/synth_demo.yaml", description="`kind: synth` config of the SFT data (its out_dir is set to run_dir/synth).")
     sft: str = Field("configs/sft_demo.yaml", description="`kind: sft` config of the warm start (model, data and run_dir are set here).")

@@ -42,6 +42,10 @@ class Sample:
     reward_error: str | None = None
     rollout_logprob: float | None = None  # log pi(y|x) by the engine that sampled it (sum over model tokens)
     response_text: str = ""  # the last assistant message (single-turn: the response; feeds the critic's closed loop)
+    turns: int = 1  # assistant turns of the episode
+    tool_calls: int = 0  # well-formed tool calls
+    malformed_calls: int = 0  # tool calls the parser refused
+    tool_errors: int = 0  # well-formed calls the environment answered with an error
 
     @property
     def response_tokens(self) -> int:

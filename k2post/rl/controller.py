@@ -34,7 +34,8 @@ from k2post.envs.base import Task
 from k2post.evaluation.heldout import draw_tasks, eval_work, final_text, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
 from k2post.rl.critic_loop import CalibrationHarvester, PendingGroups, group_of, score_on_actors
-from k2post.rl.diagnostics import group_diagnostics
+from k2post.rl.diagnostics import agentic_metrics, group_diagnostics
+from k2post.rollout.agentic import episode_tool_stats
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
 from k2post.rl.sampling import PromptSampler
@@ -353,7 +354,8 @@ class RLRun:
         return rb.Sample(group_id, index, episode.env_name, episode.task.task_type, episode.task.id,
                          list(episode.token_ids), list(episode.loss_mask), float(reward.value), episode.truncated,
                          str(episode.finish_reason), [v for v in episode.versions if v >= 0], reward.error,
-                         sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m), final_text(episode))
+                         sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m), final_text(episode),
+                         **episode_tool_stats(episode))
 
     def file_samples(self, samples: list[rb.Sample]) -> int:
         """Add samples to the book; completed groups update their env's prompt sampler and feed the critic's
@@ -525,7 +527,7 @@ class RLRun:
             mine = [s.reward for s in samples if s.env_name == name]
             if mine:
                 row[f"reward/{name}"] = sum(mine) / len(mine)
-        return row
+        return row | agentic_metrics(samples, self.cfg.reward.success_threshold)
 
     def iteration(self, iteration: int) -> dict[str, Any]:
         """One full iteration (steps 1-7); returns its metrics row."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 SIGNAL_TOLERANCE = 1e-6  # rewards closer than this count as equal (float noise of shaping)
 
@@ -54,4 +55,27 @@ def group_diagnostics(
     for env in sorted(set(env_per_group)):
         mine = [g for g, e in zip(rewards_per_group, env_per_group) if e == env]
         row[f"rollout/groups_nonzero_adv_frac/{env}"] = nonzero_adv_fraction(mine, tolerance)
+    return row
+
+
+def is_agentic(samples: Sequence[Any]) -> bool:
+    """An env's samples are agentic when some episode called a tool (well-formed or not) or took > 1 turn."""
+    return any(s.tool_calls or s.malformed_calls or s.turns > 1 for s in samples)
+
+
+def agentic_metrics(samples: Sequence[Any], success_threshold: float) -> dict[str, float]:
+    """Per agentic env: `agent/<env>/success_rate` (reward >= threshold), `well_formed_call_rate` (well-formed
+    / all attempted calls; nan without calls), `turns_mean`, `tool_calls_mean`, `tool_errors_mean`.
+    `samples` carry `env_name, reward, turns, tool_calls, malformed_calls, tool_errors` (`rl.batch.Sample`)."""
+    row: dict[str, float] = {}
+    for env in sorted({s.env_name for s in samples}):
+        mine = [s for s in samples if s.env_name == env]
+        if not is_agentic(mine):
+            continue
+        n, calls, bad = len(mine), sum(s.tool_calls for s in mine), sum(s.malformed_calls for s in mine)
+        row |= {f"agent/{env}/success_rate": sum(s.reward >= success_threshold for s in mine) / n,
+                f"agent/{env}/well_formed_call_rate": calls / (calls + bad) if calls + bad else math.nan,
+                f"agent/{env}/turns_mean": sum(s.turns for s in mine) / n,
+                f"agent/{env}/tool_calls_mean": calls / n,
+                f"agent/{env}/tool_errors_mean": sum(s.tool_errors for s in mine) / n}
     return row

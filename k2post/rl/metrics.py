@@ -37,6 +37,12 @@ PANELS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         ("response length (model tokens, mean)", ("rollout/response_tokens_mean",)),
         ("truncation rate (budget control)", ("rollout/truncation_rate",)),
     ),
+    "agentic": (  # multi-turn tool environments (rl.diagnostics.agentic_metrics), one line per env
+        ("success rate", ("/success_rate",)),
+        ("well-formed tool-call rate", ("/well_formed_call_rate",)),
+        ("assistant turns per episode", ("/turns_mean",)),
+        ("tool errors per episode", ("/tool_errors_mean",)),
+    ),
     "diagnostics": (  # why is RL flat? (docs/RL.md, "Diagnostics")
         ("groups with nonzero advantage (fraction)", ("rollout/groups_nonzero_adv_frac",)),
         ("reward std per group", ("rollout/reward_std_",)),

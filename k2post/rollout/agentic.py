@@ -340,3 +340,13 @@ def score_episode(env: Environment, episode: Episode) -> Reward:
         return env.score(episode.task, final)
     except Exception as err:
         return Reward(value=env.reward_range[0], error=f"{type(err).__name__}: {err}")
+
+
+def episode_tool_stats(episode: Episode) -> dict[str, int]:
+    """Agentic counts of one episode: assistant `turns`, well-formed `tool_calls`, `malformed_calls` (the parser
+    refused them; the env never saw them) and `tool_errors` (calls the env answered with an error)."""
+    calls = sum(len(m.tool_calls) for m in episode.messages if m.role == "assistant")
+    error_results = sum(1 for m in episode.messages if m.role == "tool" and m.content.startswith(ERROR_PREFIX))
+    malformed = len(episode.errors)
+    return {"turns": episode.turns, "tool_calls": calls, "malformed_calls": malformed,
+            "tool_errors": max(0, error_results - malformed)}

@@ -82,3 +82,15 @@ def test_recipe_seed_reaches_every_stage_config(tmp_path, seed, expected):
     assert load_run_config(recipe.cfg.synth, recipe.seed_override("synth"), expected_kind="synth").seed == expected
     assert load_run_config(recipe.cfg.sft, recipe.seed_override("sft"), expected_kind="sft").train.seed == expected
     assert recipe.shifted_envs and set(recipe.shifted_envs) <= set(recipe.envs)
+
+
+@pytest.mark.parametrize("path,expected", [("{run_dir}/model", "RUN/model"), ("models/mine", "models/mine")])
+def test_recipe_model_path_follows_run_dir(tmp_path, path, expected):
+    """`{run_dir}` in model.path puts each run's (each seed's) init under its own run dir; a plain path is kept."""
+    from k2post.config.registry import load_run_config
+    from pipelines.recipe import Recipe
+
+    run_dir = str(tmp_path / "seed3")
+    cfg = load_run_config(str(REPO / "configs" / "recipe_demo.yaml"), [f"run_dir={run_dir}", f"model.path={path}"],
+                          expected_kind="recipe")
+    assert Recipe(cfg).model == Path(expected.replace("RUN", run_dir))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from k2post.rl.batch import group_advantages_of
-from k2post.rl.diagnostics import group_diagnostics, group_has_signal, group_reward_std, nonzero_adv_fraction
+from k2post.rl.batch import Sample
+from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_signal, group_reward_std, nonzero_adv_fraction
 from k2post.rl.metrics import write_plots
 
 
@@ -87,6 +88,30 @@ def test_group_diagnostics_rejects_mismatched_env_names():
         group_diagnostics([[1.0, 0.0], [0.0, 0.0]], ["math"])
 
 
+def _sample(env: str, reward: float, turns: int = 1, calls: int = 0, malformed: int = 0, errors: int = 0) -> Sample:
+    return Sample("g", 0, env, env, "t", [1, 2], [0, 1], reward, False, "stop", turns=turns, tool_calls=calls,
+                  malformed_calls=malformed, tool_errors=errors)
+
+
+@pytest.mark.parametrize(
+    "samples, expected",
+    [
+        ([_sample("math", 1.0), _sample("math", 0.0)], {}),  # single-turn, no calls: not agentic
+        ([_sample("tool_use", 1.0, turns=2, calls=1), _sample("tool_use", 0.5, turns=3, calls=1, malformed=2, errors=1),
+          _sample("math", 1.0)],
+         {"agent/tool_use/success_rate": 0.5, "agent/tool_use/well_formed_call_rate": 0.5, "agent/tool_use/turns_mean": 2.5,
+          "agent/tool_use/tool_calls_mean": 1.0, "agent/tool_use/tool_errors_mean": 0.5}),
+        ([_sample("tool_use", 0.0, turns=2)],  # talked twice without calling: rate undefined, not 0
+         {"agent/tool_use/success_rate": 0.0, "agent/tool_use/well_formed_call_rate": math.nan, "agent/tool_use/turns_mean": 2.0,
+          "agent/tool_use/tool_calls_mean": 0.0, "agent/tool_use/tool_errors_mean": 0.0}),
+    ],
+)
+def test_agentic_metrics(samples, expected):
+    row = agentic_metrics(samples, success_threshold=0.9)
+    assert row.keys() == expected.keys()
+    assert row == pytest.approx(expected, nan_ok=True)
+
+
 def _metrics(path: Path, keys: dict[str, float], iterations: int = 3) -> Path:
     rows = [{"iteration": 0, "eval/math/accuracy": 0.1}]
     rows += [{"iteration": i, "reward/mean": 0.1 * i, **{k: v * i for k, v in keys.items()}} for i in range(1, iterations + 1)]
@@ -111,6 +136,8 @@ DIAGNOSTIC_KEYS = {
         (DIAGNOSTIC_KEYS, {"reward.png", "heldout_accuracy.png", "diagnostics.png"}),
         ({**DIAGNOSTIC_KEYS, "rollout/truncation_rate": 0.1},  # a panel of a figure may be missing
          {"reward.png", "heldout_accuracy.png", "diagnostics.png", "length_truncation.png"}),
+        ({"agent/tool_use/success_rate": 0.3, "agent/tool_use/turns_mean": 2.0},
+         {"reward.png", "heldout_accuracy.png", "agentic.png"}),
     ],
 )
 def test_write_plots_diagnostics(tmp_path, keys, written):

@@ -162,6 +162,23 @@ def test_parse_errors_become_tool_messages():
     assert all(m.tool_call_id for m in messages)
 
 
+def test_episode_tool_stats_count_calls_refusals_and_tool_errors(bank_tasks):
+    from k2post.chat.types import ToolCall
+    from k2post.rollout.agentic import Episode, episode_tool_stats
+
+    call = ToolCall(id="functions.multiply:0", name="multiply", arguments={"a": 12, "b": 34})
+    messages = [Message(role="user", content="12 * 34?"),
+                Message(role="assistant", content="", tool_calls=[call, call.model_copy(update={"id": "functions.multiply:1"})]),
+                Message(role="tool", tool_call_id="functions.multiply:0", content="408"),
+                Message(role="tool", tool_call_id="functions.multiply:1", content="Error: b must be a number"),
+                Message(role="assistant", content="<|tool_calls_section_begin|>{oops"),
+                Message(role="tool", tool_call_id="functions.invalid:2", content="Error: unterminated tool call"),
+                Message(role="assistant", content="The answer is 408.")]
+    episode = Episode(id="x", env_name="tool_use", task=bank_tasks[0], state=None, tools=[], messages=messages,
+                      token_ids=[], prompt_len=0, turns=3, errors=["unterminated tool call"])
+    assert episode_tool_stats(episode) == {"turns": 3, "tool_calls": 2, "malformed_calls": 1, "tool_errors": 1}
+
+
 def test_score_episode_turns_scorer_crash_into_floor_reward(bank_env, bank_tasks):
     from k2post.rollout.agentic import Episode
 
