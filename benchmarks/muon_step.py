@@ -2,16 +2,19 @@
 
 Run: `python benchmarks/muon_step.py [--quick] [--threads N]`
 
-1. Step time of `MuonClip` (Muon groups only) and `torch.optim.Muon(adjust_lr_fn=
+1. Step time of `MuonClip` (Muon groups only; default `ns_dtype: auto`, i.e. fp32 Newton-Schulz on
+   CPU, and `ns_dtype: bfloat16`, torch's numerics) and `torch.optim.Muon(adjust_lr_fn=
    "match_rms_adamw")` on the same 2-D matrices with the same grads, interleaved repeats
-   (the order alternates), median seconds. ratio = ours / torch.
+   (the order rotates), median seconds. ratio = ours / torch; ratio_bf16 = ours in bf16 / torch
+   (its params must equal torch's: max |param diff|). On a CPU without native bf16 GEMMs (AVX2
+   only) bf16 NS is ~20x slower than fp32, which is why `auto` is fp32 on CPU.
 2. Newton-Schulz time (all Muon matrices of a model, batched as `MuonClip.step` does) as a
    fraction of one forward+backward pass, for tiny-qwen2 (8 x 256 tokens) and for a ~100M
    Qwen2 (hidden 768, 12 layers, 12 heads, MLP 3072, vocab 32000; 4 x 512 tokens).
-   `--quick` shrinks the matrix list, the big model (4 layers) and its batch (2 x 256).
+   `--quick` shrinks the matrix list, tiny-qwen2's (one layer), the big model (2 layers) and its batch (2 x 256).
 
 Prints a table, then exactly one JSON line:
-{"ours_s": .., "torch_s": .., "ratio": .., "ns_overhead_tiny": .., "ns_overhead_100m": .., ...}
+{"ours_s": .., "ours_bf16_s": .., "torch_s": .., "ratio": .., "ratio_bf16": .., "ns_overhead_tiny": .., ...}
 
 NS runs once per optimizer step, fwd+bwd once per token: the overhead at the measured
 micro-batch is an upper bound; the table also gives it at 64k tokens per step (64 prompts x
@@ -32,10 +35,11 @@ from torch import nn
 
 from k2post.optim.config import OptimConfig
 from k2post.optim.muon import MuonClip, build_optimizer, orthogonalize_many
+from k2post.optim.newton_schulz import ns_compute_dtype
 from k2post.optim.param_groups import build_param_groups
 
 FULL_SHAPES = [(1024, 4096)] * 8 + [(4096, 1024)] * 8 + [(1024, 1024)] * 8
-QUICK_SHAPES = [(512, 2048)] * 4 + [(2048, 512)] * 4 + [(512, 512)] * 4
+QUICK_SHAPES = [(128, 512)] * 4 + [(512, 128)] * 4 + [(128, 128)] * 4
 # tiny-qwen2's Muon matrices (4 layers): q/o [256, 256], k/v [128, 256], MLP [512, 256] / [256, 512].
 TINY_SHAPES = ([(256, 256)] * 2 + [(128, 256)] * 2 + [(512, 256)] * 2 + [(256, 512)]) * 4
 
@@ -60,24 +64,28 @@ def _params_and_grads(shapes: list[tuple[int, int]]) -> ParamSets:
 
 
 def bench_step(shapes: list[tuple[int, int]], repeats: int) -> dict[str, float]:
-    """Median step seconds of MuonClip and torch.optim.Muon on `shapes`, interleaved."""
+    """Median step seconds of MuonClip (default and bf16 NS) and torch.optim.Muon on `shapes`, interleaved."""
     ours, theirs, _ = _params_and_grads(shapes)
+    ours_bf16 = [nn.Parameter(p.detach().clone()) for p in ours]
+    for p, q in zip(ours_bf16, ours):
+        p.grad = q.grad.clone()
     cfg = OptimConfig(lr=1e-3, weight_decay=0.1)
-    opt_ours = MuonClip([{"params": ours, "use_muon": True}], cfg)
     opt_torch = torch.optim.Muon(theirs, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum,
                                  nesterov=cfg.nesterov, ns_steps=cfg.ns_steps, adjust_lr_fn="match_rms_adamw")
-    runs = {"ours": opt_ours.step, "torch": opt_torch.step}
-    times: dict[str, list[float]] = {"ours": [], "torch": []}
+    runs = {"ours": MuonClip([{"params": ours, "use_muon": True}], cfg).step,
+            "ours_bf16": MuonClip([{"params": ours_bf16, "use_muon": True}], cfg.model_copy(update={"ns_dtype": "bfloat16"})).step,
+            "torch": opt_torch.step}
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for name in runs:  # warm-up: creates momentum buffers, primes allocators/kernels
         runs[name]()
+    names = list(runs)
     for i in range(repeats):
-        for name in (("ours", "torch") if i % 2 == 0 else ("torch", "ours")):
+        for name in names[i % 3:] + names[: i % 3]:
             start = time.perf_counter()
             runs[name]()
             times[name].append(time.perf_counter() - start)
-    max_diff = max((p - q).abs().max().item() for p, q in zip(ours, theirs))
-    return {"ours_s": statistics.median(times["ours"]), "torch_s": statistics.median(times["torch"]),
-            "max_param_diff": max_diff}
+    max_diff = max((p - q).abs().max().item() for p, q in zip(ours_bf16, theirs))
+    return {f"{name}_s": statistics.median(t) for name, t in times.items()} | {"max_param_diff": max_diff}
 
 
 def _ns_all(model: nn.Module, cfg: OptimConfig) -> Callable[[], None]:
@@ -88,9 +96,11 @@ def _ns_all(model: nn.Module, cfg: OptimConfig) -> Callable[[], None]:
     for p in params:
         by_shape.setdefault(tuple(p.shape[-2:]), []).append(torch.randn_like(p))
 
+    dtype = ns_compute_dtype(cfg.ns_dtype, params[0].device) if params else torch.float32
+
     def run() -> None:
         for directions in by_shape.values():
-            orthogonalize_many(directions, cfg.ns_steps, cfg.ns_eps)
+            orthogonalize_many(directions, cfg.ns_steps, cfg.ns_eps, dtype)
 
     return run
 
@@ -159,9 +169,10 @@ def _print_tables(step: dict, shapes: list, overheads: dict[str, dict]) -> None:
     print(f"## Muon step on {len(shapes)} matrices ({sum(n * m for n, m in shapes) / 1e6:.1f}M params; "
           f"{sorted(set(shapes))})")
     print("| impl | median step (s) |\n| --- | --- |")
-    print(f"| ours (MuonClip) | {step['ours_s']:.4f} |\n| torch.optim.Muon | {step['torch_s']:.4f} |")
-    print(f"ratio ours/torch = {step['ours_s'] / step['torch_s']:.3f}; max |param diff| after all steps = "
-          f"{step['max_param_diff']:.3g}\n")
+    print(f"| ours (MuonClip, ns_dtype auto) | {step['ours_s']:.4f} |\n| ours (ns_dtype bfloat16) | {step['ours_bf16_s']:.4f} |")
+    print(f"| torch.optim.Muon | {step['torch_s']:.4f} |")
+    print(f"ratio ours/torch = {step['ours_s'] / step['torch_s']:.3f}, bf16 ours/torch = {step['ours_bf16_s'] / step['torch_s']:.3f}; "
+          f"max |param diff| bf16 ours vs torch after all steps = {step['max_param_diff']:.3g}\n")
     print("## Newton-Schulz vs forward+backward")
     print("| model | params (M) | Muon params (M) | tokens | fwd+bwd (s) | NS (s) | full opt step (s) | NS / fwd+bwd "
           "| NS / fwd+bwd at 64k tokens/step | tokens/step for 3% |")
@@ -180,16 +191,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
     step = bench_step(shapes, repeats=3 if args.quick else 5)
-    step_tiny = bench_step(TINY_SHAPES, repeats=20)
-    big_layers, big_batch, big_seq = (4, 2, 256) if args.quick else (12, 4, 512)
+    tiny_shapes = TINY_SHAPES[:7] if args.quick else TINY_SHAPES  # quick: one layer's matrices
+    step_tiny = bench_step(tiny_shapes, repeats=3 if args.quick else 20)
+    big_layers, big_batch, big_seq = (2, 2, 256) if args.quick else (12, 4, 512)
     overheads = {"tiny-qwen2": bench_overhead(tiny_model(), 8, 256, repeats=3)}
     big_name = f"qwen2-{big_layers}L-768"
     overheads[big_name] = bench_overhead(qwen2_100m(big_layers), big_batch, big_seq, repeats=2 if not args.quick else 1)
     _print_tables(step, shapes, overheads)
-    print(f"\n## Muon step on tiny-qwen2's {len(TINY_SHAPES)} matrices: ours {step_tiny['ours_s']:.4f} s, "
+    print(f"\n## Muon step on tiny-qwen2's {len(tiny_shapes)} matrices: ours {step_tiny['ours_s']:.4f} s, "
           f"torch {step_tiny['torch_s']:.4f} s, ratio {step_tiny['ours_s'] / step_tiny['torch_s']:.3f}")
-    print(json.dumps({"ours_s": round(step["ours_s"], 5), "torch_s": round(step["torch_s"], 5),
-                      "ratio": round(step["ours_s"] / step["torch_s"], 4),
+    print(json.dumps({"ours_s": round(step["ours_s"], 5), "ours_bf16_s": round(step["ours_bf16_s"], 5),
+                      "torch_s": round(step["torch_s"], 5), "ratio": round(step["ours_s"] / step["torch_s"], 4),
+                      "ratio_bf16": round(step["ours_bf16_s"] / step["torch_s"], 4),
+                      "max_param_diff_bf16": step["max_param_diff"],
                       "ratio_tiny_shapes": round(step_tiny["ours_s"] / step_tiny["torch_s"], 4),
                       "ns_overhead_tiny": round(overheads["tiny-qwen2"]["ns_overhead"], 5),
                       "ns_overhead_100m": round(overheads[big_name]["ns_overhead"], 5),

@@ -5,7 +5,9 @@
     row = gym_row(cfg, env, tasks[0], seed=0, mistake_rate=0.15)   # accepted iff the gym scores the reply solved
 
 The reference answer is `Task.answer` written with one of `answer_templates` (seeded, by weight;
-default `\\boxed{...}`): data in more than one answer style, as synthesized data usually is.
+default `\\boxed{...}`): data in more than one answer style, as synthesized data usually is. A template
+may also restate the question's numbers (`{numbers}`: its integers in order, comma-separated), a copy
+step that trains the attention a tool call's arguments need.
 With `mistake_rate`, a seeded share of answers is perturbed (a neighbouring number, or a reversed
 string) so the judge has something to reject: it is rejection sampling against the verifier, as
 for the tool-use trajectories; a style the verifier cannot read is rejected the same way. Rows share the tool-use rows' columns; their
@@ -15,6 +17,8 @@ for the tool-use trajectories; a style the verifier cannot read is rejected the 
 from __future__ import annotations
 
 import random
+import re
+import string
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -24,6 +28,8 @@ from k2post.envs.base import Environment, Task
 from k2post.envs.mix import EnvEntryConfig
 
 DOMAIN_PREFIX = "gym:"
+TEMPLATE_SLOTS = frozenset({"answer", "numbers"})
+_INTEGER = re.compile(r"-?\d+")
 
 
 class GymTasksConfig(K2Config):
@@ -35,8 +41,9 @@ class GymTasksConfig(K2Config):
     seed_offset: int = Field(1000, description="The train split is drawn with seed = synth seed + this (keep it apart from the RL pool's seed).")
     answer_templates: dict[str, float] = Field(
         default_factory=lambda: {"\\boxed{{{answer}}}": 1.0},
-        description="Reply templates (`{answer}` = the gold answer) and their sampling weights, e.g. "
-        "{'The answer is {answer}.': 0.7, '\\boxed{{{answer}}}': 0.3}; replies the gym's verifier rejects are dropped.",
+        description="Reply templates (`{answer}` = the gold answer; optional `{numbers}` = the question's integers, "
+        "comma-separated) and their sampling weights, e.g. {'The answer is {answer}.': 0.7, '\\boxed{{{answer}}}': 0.3}; "
+        "replies the gym's verifier rejects are dropped.",
     )
     accept_at: float = Field(1.0, description="The gym's reward a reply needs to be kept.")
     judge_share: float = Field(
@@ -54,6 +61,9 @@ class GymTasksConfig(K2Config):
         for template, weight in self.answer_templates.items():
             if "{answer}" not in template or weight <= 0:
                 raise ValueError(f"answer_templates: {template!r} needs an {{answer}} slot and a positive weight (got {weight})")
+            unknown = {name for _, name, _, _ in string.Formatter().parse(template) if name} - TEMPLATE_SLOTS
+            if unknown:
+                raise ValueError(f"answer_templates: {template!r} has unknown slot(s) {sorted(unknown)}; known: {sorted(TEMPLATE_SLOTS)}")
         self.config = entry.config
         return self
 
@@ -70,13 +80,19 @@ def wrong_answer(answer: str, rng: random.Random) -> str:
         return flipped if flipped != answer else f"{answer}x"
 
 
+def question_numbers(task: Task) -> str:
+    """The integers of the task's last user message, in order, comma-separated ("" when it has none)."""
+    question = next((m.content for m in reversed(task.messages) if m.role == "user"), "")
+    return ", ".join(_INTEGER.findall(question))
+
+
 def reference_reply(cfg: GymTasksConfig, task: Task, rng: random.Random, mistake_rate: float) -> tuple[str, str | None, str]:
     """(reply, mistake or None, template used) for one task."""
     gold, mistake = str(task.answer), None
     if rng.random() < mistake_rate:
         gold, mistake = wrong_answer(gold, rng), "wrong_answer"
     template = rng.choices(list(cfg.answer_templates), weights=list(cfg.answer_templates.values()))[0]
-    return template.format(answer=gold), mistake, template
+    return template.format(answer=gold, numbers=question_numbers(task)), mistake, template
 
 
 def gym_row(cfg: GymTasksConfig, env: Environment, task: Task, seed: int, mistake_rate: float) -> dict[str, Any]:

@@ -53,6 +53,17 @@ def test_answer_styles_follow_their_weights_and_the_verifier_decides():
     assert all(r["accepted"] == r["metadata"]["template"].startswith("\\boxed") for r in rows)  # its last line must be the answer
 
 
+def test_numbers_slot_restates_the_question_and_the_verifier_still_reads_the_answer():
+    cfg = GymTasksConfig(env="math", config={"difficulty": 1, "problem_types": ["add", "sub", "mul"]}, tasks=50,
+                         answer_templates={"{numbers}: the answer is {answer}.": 1.0})
+    env, tasks = gym_tasks(cfg, seed=0)
+    for task in tasks:
+        row = gym_row(cfg, env, task, 0, mistake_rate=0.0)
+        question = task.messages[-1].content  # "What is 12 + 7?"
+        operands = question.removeprefix("What is ").removesuffix("?").replace(" * ", ", ").replace(" + ", ", ").replace(" - ", ", ")
+        assert row["messages"][-1]["content"] == f"{operands}: the answer is {task.answer}." and row["accepted"]
+
+
 def test_gym_tasks_draw_apart_from_the_rl_pool_seed():
     cfg = GymTasksConfig(env="math", config={"difficulty": 2}, tasks=30)
     _, synth = gym_tasks(cfg, seed=0)
@@ -66,6 +77,7 @@ def test_gym_tasks_draw_apart_from_the_rl_pool_seed():
     ({"env": "nope"}, "nope"),
     ({"env": "math", "answer_templates": {"no slot": 1.0}}, "{answer}"),
     ({"env": "math", "answer_templates": {"{answer}": 0.0}}, "positive weight"),
+    ({"env": "math", "answer_templates": {"{question} {answer}": 1.0}}, "unknown slot(s) ['question']"),
 ])
 def test_bad_gym_entries_are_one_line_errors(raw, needle):
     with pytest.raises(ConfigError) as err:
