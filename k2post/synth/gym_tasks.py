@@ -92,7 +92,12 @@ def reference_reply(cfg: GymTasksConfig, task: Task, rng: random.Random, mistake
     if rng.random() < mistake_rate:
         gold, mistake = wrong_answer(gold, rng), "wrong_answer"
     template = rng.choices(list(cfg.answer_templates), weights=list(cfg.answer_templates.values()))[0]
-    return template.format(answer=gold, numbers=question_numbers(task)), mistake, template
+    return render_reply(template, gold, task), mistake, template
+
+
+def render_reply(template: str, answer: str, task: Task) -> str:
+    """`template` with its `{answer}` and `{numbers}` slots filled for `task`."""
+    return template.format(answer=answer, numbers=question_numbers(task))
 
 
 def gym_row(cfg: GymTasksConfig, env: Environment, task: Task, seed: int, mistake_rate: float) -> dict[str, Any]:
@@ -111,8 +116,8 @@ def judge_row(cfg: GymTasksConfig, env: Environment, task: Task, rng: random.Ran
     from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, calibration_task
 
     template = next(iter(cfg.answer_templates))
-    correct = template.format(answer=task.answer)
-    wrong = template.format(answer=wrong_answer(str(task.answer), rng))
+    correct = render_reply(template, str(task.answer), task)
+    wrong = render_reply(template, wrong_answer(str(task.answer), rng), task)
     pair = CalibrationPair(source_env=env.name, source_task_id=task.id, prompt=list(task.messages), correct=correct, wrong=wrong,
                            correct_reward=env.score(task, correct).value, wrong_reward=env.score(task, wrong).value)
     judge_task = calibration_task(pair, [CORRECTNESS_RUBRIC], seed)

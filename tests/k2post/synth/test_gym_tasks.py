@@ -9,7 +9,7 @@ from datasets import load_from_disk
 
 from k2post.config.loader import ConfigError, validate_config
 from k2post.synth.config import SynthConfig
-from k2post.synth.gym_tasks import GymTasksConfig, gym_row, gym_tasks, wrong_answer
+from k2post.synth.gym_tasks import GymTasksConfig, gym_row, gym_tasks, question_numbers, wrong_answer
 from k2post.synth.pipeline import read_shards, run_synth
 
 CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
@@ -62,6 +62,16 @@ def test_numbers_slot_restates_the_question_and_the_verifier_still_reads_the_ans
         question = task.messages[-1].content  # "What is 12 + 7?"
         operands = question.removeprefix("What is ").removesuffix("?").replace(" * ", ", ").replace(" + ", ", ").replace(" - ", ", ")
         assert row["messages"][-1]["content"] == f"{operands}: the answer is {task.answer}." and row["accepted"]
+
+
+def test_judge_rows_fill_the_numbers_slot_too():
+    cfg = GymTasksConfig(env="math", config={"difficulty": 1}, tasks=20, judge_share=1.0,
+                         answer_templates={"{numbers}: the answer is {answer}.": 1.0})
+    env, tasks = gym_tasks(cfg, seed=0)
+    rows = [gym_row(cfg, env, t, 0, mistake_rate=0.0) for t in tasks]
+    assert all(r["metadata"]["template"] == "judge" and r["accepted"] for r in rows)
+    assert tasks and all(question_numbers(t) for t in tasks)
+    assert all(f"{question_numbers(t)}: the answer is" in r["messages"][-2]["content"] for r, t in zip(rows, tasks))
 
 
 def test_gym_tasks_draw_apart_from_the_rl_pool_seed():
