@@ -230,7 +230,7 @@ class ZeroMuonClip(torch.optim.Optimizer):
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(flat)  # [P]
         direction = muon_direction(flat.grad, state["momentum_buffer"], group["momentum"], group["nesterov"])
-        dtype = ns_compute_dtype(group.get("ns_dtype", "bfloat16"), flat.device)
+        dtype = ns_compute_dtype(group.get("ns_dtype", "auto"), flat.device)
         parts = self.gather(direction.to(dtype), bound)  # R x [P], NS dtype
         rank, lr, wd = bound.layout.rank, float(group["lr"]), group["weight_decay"]
         slots = [(slot, row_splits(slot.name, tuple(slot.shape), self.cfg)) for slot in bound.layout.local_slots()]

@@ -142,7 +142,7 @@ def muon_step_(
     """
     buf = _momentum_buffer(state, param)
     direction = matrix_view(muon_direction(grad, buf, group["momentum"], group["nesterov"]), splits)
-    dtype = ns_compute_dtype(group.get("ns_dtype", "bfloat16"), param.device)
+    dtype = ns_compute_dtype(group.get("ns_dtype", "auto"), param.device)
     ortho = orthogonalize(direction.to(dtype), steps=group["ns_steps"], eps=group["ns_eps"], dtype=dtype)
     scale = rms_factor(direction.shape, group["rms_scale"])
     apply_update_(param, ortho.reshape(param.shape), float(group["lr"]), group["weight_decay"], scale)
@@ -280,7 +280,7 @@ class MuonClip(torch.optim.Optimizer):
         names = group.get("names") or [""] * len(group["params"])
         params = [(p, row_splits(name, tuple(p.shape), self.cfg)) for name, p in zip(names, group["params"]) if p.grad is not None]
         for batch in _batches(params):
-            dtype = ns_compute_dtype(group.get("ns_dtype", "bfloat16"), batch[0][0].device)
+            dtype = ns_compute_dtype(group.get("ns_dtype", "auto"), batch[0][0].device)
             directions = [
                 matrix_view(muon_direction(p.grad, _momentum_buffer(self.state[p], p), group["momentum"], group["nesterov"]), k)
                 for p, k in batch
