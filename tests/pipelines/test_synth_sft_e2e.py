@@ -35,6 +35,7 @@ def _evaluate(model_dir, tasks) -> dict:
         engine.close()
 
 
+@pytest.mark.timeout(1500)  # 793-900+ s on 2 AVX2 cores (CI 2026-12-03), most of it SFT
 def test_sft_on_synthesized_data_teaches_tool_calls_and_solves_heldout_tasks(tmp_path, tiny_qwen2_dir, record_property):
     from k2post.sft.trainer import run_sft
 
@@ -46,7 +47,8 @@ def test_sft_on_synthesized_data_teaches_tool_calls_and_solves_heldout_tasks(tmp
     cfg = load_run_config(
         SFT_CONFIG,
         [f"run_dir={tmp_path / 'sft'}", f"model.path={tiny_qwen2_dir}", f"data.path={tmp_path / 'synth' / 'dataset'}",
-         "train.epochs=4", "train.eval_every=100000", "train.save_every=100000"],
+         "train.epochs=4", "train.eval_every=100000", "train.save_every=100000",
+         "optim.qk_clip.enabled=false"],  # QK-Clip has its own tests; its S_max pass cost ~1/3 of this SFT
     )
     summary = run_sft(cfg)
     after = _evaluate(tmp_path / "sft" / "final", heldout)

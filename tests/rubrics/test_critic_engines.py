@@ -1,6 +1,6 @@
 """The critic against a real local model: the policy's in-process vLLM engine, and a served endpoint (slow).
 
-The judge is tiny-qwen2 overfit (~20 s) into the failure mode both-order judging exists for: it
+The judge is tiny-qwen2 overfit (~40 s, lr 1e-3) into the failure mode both-order judging exists for: it
 answers [[A]] to every judge prompt, whatever the responses (a pure position bias). A tiny
 random-init model cannot learn to compare answers in a CPU-test budget (tried: 400 full-batch
 steps stay at chance, docs/LOG.md), so this test checks what real engines add over the scripted
@@ -50,7 +50,7 @@ def judge_dir(tiny_qwen2_dir, tmp_path_factory):
         rendered = render_ids(tokenizer, dialogue)
         trajectories.append(Trajectory(TASK, rendered.input_ids, rendered.assistant_mask, dialogue[-1:]))
     out = tmp_path_factory.mktemp("judge") / "tiny-qwen2-judge"
-    worst = train_on(tiny_qwen2_dir, out, trajectories, max_steps=150)
+    worst = train_on(tiny_qwen2_dir, out, trajectories, max_steps=300, lr=1e-3)  # 3e-3 spiked (CI: 1.30 at step 150)
     assert worst < 0.01, f"the judge did not learn its verdict (worst loss {worst:.4f})"
     return out
 
