@@ -505,7 +505,7 @@ class RLRun:
         for name, tasks in self.state.added_tasks.items():
             self.pools[name].update({task.id: task for task in tasks})
         if self.harvester is not None:
-            self.harvester.added = len(self.state.added_tasks.get("critic_calibration", []))
+            self.harvester.restore(self.state.added_tasks.get("critic_calibration", []))
         for name, sampler in self.samplers.items():
             sampler.load_state_dict(self.state.samplers[name])
         ray.get([t.load.remote(str(checkpoint)) for t in self.trainers])

@@ -72,3 +72,15 @@ def test_sampler_grows_and_round_trips_its_pool():
     fresh = PromptSampler(["a", "b"], PromptSamplingConfig(strategy="uniform"), seed=0)
     fresh.load_state_dict(sampler.state_dict())
     assert fresh.ids == sampler.ids and fresh.sample(4, 0) == sampler.sample(4, 0)
+
+
+def test_harvester_adds_a_pair_drawn_twice_once_and_resumes_its_count():
+    calibration = make_environment("critic_calibration", {"sources": [{"name": "math", "config": {"difficulty": 1}}]})
+    harvester = CalibrationHarvester("critic_calibration", calibration, 0.5, pairs_per_group=2, max_tasks=10, seed=0)
+    task = Task(id="math-train-1", env="math", task_type="math", messages=[Message(role="user", content="What is 2 + 2?")], answer="4")
+    group = (["\\boxed{4}", "\\boxed{5}"], [1.0, 0.0])
+    first = harvester.harvest("math", task, *group)
+    assert len(first) == 1 and harvester.harvest("math", task, *group) == [] and harvester.added == 1
+    resumed = CalibrationHarvester("critic_calibration", calibration, 0.5, pairs_per_group=2, max_tasks=10, seed=0)
+    resumed.restore(first)
+    assert resumed.added == 1 and resumed.harvest("math", task, *group) == []
