@@ -97,13 +97,16 @@ class CalibrationHarvester:
         self.env_name, self.env = env_name, env
         self.sources = {entry.name for entry in env.config.sources}
         self.threshold, self.pairs_per_group, self.max_tasks, self.seed = threshold, pairs_per_group, max_tasks, seed
-        self.added = 0
         self.task_ids: set[str] = set()  # judge tasks already handed out: a pair drawn twice is added once
+
+    @property
+    def added(self) -> int:
+        """Distinct judge tasks handed out so far (what `max_tasks` caps)."""
+        return len(self.task_ids)
 
     def restore(self, tasks: Sequence[Task]) -> None:
         """Resume: the judge tasks an earlier part of the run added (from the controller state)."""
         self.task_ids = {task.id for task in tasks}
-        self.added = len(self.task_ids)
 
     def harvest(self, env_name: str, task: Task, texts: Sequence[str], rewards: Sequence[float]) -> list[Task]:
         """New judge tasks from one completed group of a source environment (none once `max_tasks` were added)."""
@@ -115,5 +118,4 @@ class CalibrationHarvester:
         fresh = {task.id: task for task in (self.env.task_for(pair) for pair in pairs) if task.id not in self.task_ids}
         tasks = list(fresh.values())[: self.max_tasks - self.added]
         self.task_ids.update(task.id for task in tasks)
-        self.added += len(tasks)
         return tasks
