@@ -72,6 +72,8 @@ def synth_config(args: argparse.Namespace, out: Path) -> Path:
     math = config["gym_tasks"][0]
     if args.quick:
         math["tasks"], config["tasks_per_domain"] = 300, 1
+        for extra in config["gym_tasks"][1:]:
+            extra["tasks"] = min(extra["tasks"], 40)
     if args.pair_kind == "reference":
         math["judge_share"] = args.judge_share
     elif args.judge_rows > 0:  # the critic_calibration gym's own tasks, answered with the verifier's verdict

@@ -3,7 +3,8 @@
 Run: `python benchmarks/rl_vs_trl.py [--sft-model runs/demo/sft/final] [--iterations 20] [--quick]` (repo root).
 
 Same tiny model and SFT start (the demo's: `--sft-model`, else built here with configs/synth_demo.yaml +
-configs/sft_demo.yaml), same task (reasoning-gym chain_sum, new to the SFT model), same prompt budget
+configs/sft_demo.yaml), same task (reasoning-gym chain_sum, which the SFT model mostly answers in a style the env
+does not read), same prompt budget
 (`--iterations` x `--prompts` prompts x `--k` samples each, drawn from the same train pool), same reward
 (the gym's scorer), same held-out eval (greedy vLLM on `--eval-n` test-split tasks, scored by the gym):
 - k2post: `k2post rl` with one env; held-out accuracy from its in-loop eval every `--eval-every` iterations;
@@ -59,7 +60,7 @@ def ensure_sft_model(args: argparse.Namespace, out: Path) -> Path:
     if not is_model_dir(sft / "final"):
         if not is_model_dir(model):
             cli("model", "init", "--flavor", "tiny-qwen2", "--out", str(model), log=out / "model.log")
-        quick = ["gym_tasks.0.tasks=200", "tasks_per_domain=2"] if args.quick else []
+        quick = ["gym_tasks.0.tasks=200", "gym_tasks.1.tasks=40", "tasks_per_domain=2"] if args.quick else []
         cli("synth", "configs/synth_demo.yaml", f"out_dir={synth}", *quick, log=out / "synth.log")
         steps = ["train.max_steps=20"] if args.quick else []
         cli("sft", "configs/sft_demo.yaml", f"run_dir={sft}", f"model.path={model}", "model.flavor=null",

@@ -87,6 +87,17 @@ def summarize(episodes: Sequence[Any], rewards: Sequence[Any], threshold: float)
     return out
 
 
+def episode_samples(episodes: Sequence[Any], rewards: Sequence[Any], per_env: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """The first `per_env` episodes of each environment as readable transcripts (what the model wrote, and its reward)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for episode, reward in zip(episodes, rewards):
+        shown = out.setdefault(episode.env_name, [])
+        if len(shown) < per_env:
+            messages = [m.model_dump(exclude_defaults=True, mode="json") for m in episode.messages if m.role != "system"]
+            shown.append({"task": episode.task.id, "reward": reward.value, "messages": messages})
+    return out
+
+
 def mean_accuracy(per_env: Mapping[str, Mapping[str, float]]) -> float:
     """Unweighted mean of the environments' accuracies."""
     return sum(m["accuracy"] for m in per_env.values()) / max(len(per_env), 1)
@@ -120,7 +131,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     report = {"model": str(cfg.model_path), "split": cfg.split, "seed": cfg.seed, "n_per_env": cfg.n,
               "samples_per_task": cfg.samples_per_task, "temperature": cfg.temperature,
               "mean_accuracy": mean_accuracy(per_env), "envs": per_env,
-              "env_configs": cfg.env_configs(), "wall_s": round(time.perf_counter() - started, 2)}
+              "env_configs": cfg.env_configs(), "samples": episode_samples(episodes, rewards), "wall_s": round(time.perf_counter() - started, 2)}
     if cfg.report_path:
         write_report(Path(cfg.report_path), report)
     return report

@@ -53,6 +53,11 @@ class RLLossConfig(K2Config):
     ptx_coef: float = Field(0.0, ge=0, description="alpha_ptx: weight of the PTX NLL on curated data (0: off).")
     ptx_data: str | None = Field(None, description="HF dataset dir of chat rows for the PTX loss (what `k2post synth` writes).")
     ptx_rows_per_step: int = Field(2, ge=1, description="Chat rows in each optimizer step's PTX batch.")
+    ptx_domains: list[str] = Field(
+        default_factory=list,
+        description="Keep only PTX rows whose `domain` column is one of these (e.g. [gym:math]); empty: every row. "
+        "Rows are shuffled with the run's seed either way.",
+    )
     micro_batch_size: int = Field(
         8, ge=1, description="Sequences per trainer forward pass; groups_per_step * K / world_size / micro_batch_size forwards per step."
     )

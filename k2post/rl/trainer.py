@@ -28,6 +28,7 @@ import torch
 from k2post.rl.batch import TrainSequence, micro_loss_scale, pad_rows
 from k2post.optim.qk_clip import recording_real_tokens
 from k2post.rl.losses import k15_residuals, ptx_loss, sequence_logprob, shifted_logprobs, token_entropy
+from k2post.rl.ptx_rows import ptx_row_domains, select_ptx_rows
 from k2post.rl.run_config import RLConfig
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,9 @@ class RLTrainerWorker:
         data = load_sft_data(data_cfg, self.tokenizer)
         if not data.train:
             raise ValueError(f"loss.ptx_data {self.cfg.loss.ptx_data!r} has no usable rows")
-        return pack_examples(data.train, data_cfg.max_seq_len, False)
+        row_domains = ptx_row_domains(self.cfg.loss.ptx_data, data.report.rows)
+        chosen = select_ptx_rows(data.train, row_domains, self.cfg.loss.ptx_domains, self.cfg.seed)
+        return pack_examples(chosen, data_cfg.max_seq_len, False)
 
     def _make_sender(self):
         from checkpoint_engine import CheckpointEngineConfig, WeightSender

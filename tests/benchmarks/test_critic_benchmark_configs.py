@@ -36,5 +36,5 @@ def test_synth_and_rl_configs_validate(argv, tmp_path, monkeypatch):
         assert judge.tasks == 12 and judge.config["pair_kind"] == "malformed" and synth.gym_tasks[0].judge_share == 0
         assert calibration.config["prompt_style"] == "compact" and rl.critic.harvest_pairs_per_group == 0 and calibration.weight == 3
     else:
-        assert [g.env for g in synth.gym_tasks] == ["math"] and synth.gym_tasks[0].judge_share == 0.3
-        assert synth.gym_tasks[0].tasks == 300 and rl.critic.harvest_pairs_per_group == 2
+        assert [g.env for g in synth.gym_tasks] == ["math", "reasoning_gym"] and synth.gym_tasks[0].judge_share == 0.3
+        assert synth.gym_tasks[0].tasks == 300 and synth.gym_tasks[1].tasks == 40 and rl.critic.harvest_pairs_per_group == 2

@@ -19,7 +19,7 @@ from proc_helpers import run_bounded
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [
     "eval_n=4",
-    "synth_overrides=[gym_tasks.0.tasks=60,tasks_per_domain=3]",
+    "synth_overrides=[gym_tasks.0.tasks=60,gym_tasks.1.tasks=20,tasks_per_domain=3]",
     "sft_overrides=[train.max_steps=4,train.warmup_steps=1,train.eval_every=2,train.save_every=2,train.log_every=1]",
     "rl_overrides=[train.iterations=2,train.eval_every=0,train.eval_tasks_per_env=3,train.save_every=0,"
     "rollout.prompts_per_iteration=4,rollout.samples_per_prompt=2,loss.groups_per_step=2,loss.micro_batch_size=4,"

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from k2post.chat.types import Message
 from k2post.envs.base import Reward
 from k2post.envs.mix import EnvEntryConfig
 from k2post.evaluation.config import EvalConfig
-from k2post.evaluation.heldout import draw_tasks, eval_work, mean_accuracy, summarize
+from k2post.evaluation.heldout import draw_tasks, episode_samples, eval_work, mean_accuracy, summarize
 from k2post.rl.config import BudgetConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -134,7 +135,7 @@ def test_evaluate_reports_its_split(monkeypatch, split):
     import k2post.evaluation.heldout as heldout
 
     def episodes(cfg, work):
-        return [SimpleNamespace(env_name=name, task=task, messages=[SimpleNamespace(role="assistant", content=f"\\boxed{{{task.answer}}}")],
+        return [SimpleNamespace(env_name=name, task=task, messages=[Message(role="assistant", content=f"\\boxed{{{task.answer}}}")],
                                 truncated=False, loss_mask=[1, 1], env_turns=[]) for (name, task), _ in work]
 
     class Pool:
@@ -154,6 +155,19 @@ def test_evaluate_reports_its_split(monkeypatch, split):
     monkeypatch.setattr(workers, "RewardPool", Pool)
     report = heldout.evaluate(EvalConfig(envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=4, split=split))
     assert report["split"] == split and report["envs"]["math"]["n"] == 4 and report["envs"]["math"]["accuracy"] == 1.0
+    assert len(report["samples"]["math"]) == 3 and report["samples"]["math"][0]["reward"] == 1.0
+
+
+def test_episode_samples_show_the_first_transcripts_of_each_env_without_the_system_prompt():
+    def episode(env, task_id, text):
+        messages = [Message(role="system", content="sys"), Message(role="user", content="q"), Message(role="assistant", content=text)]
+        return SimpleNamespace(env_name=env, task=SimpleNamespace(id=task_id), messages=messages)
+
+    episodes = [episode("a", f"a{i}", f"reply {i}") for i in range(4)] + [episode("b", "b0", "only")]
+    out = episode_samples(episodes, [Reward(value=i / 4) for i in range(5)], per_env=2)
+    assert [s["task"] for s in out["a"]] == ["a0", "a1"] and [s["task"] for s in out["b"]] == ["b0"]
+    assert out["a"][1] == {"task": "a1", "reward": 0.25, "messages": [{"role": "user", "content": "q"},
+                                                                      {"role": "assistant", "content": "reply 1"}]}
 
 
 def test_eval_config_split_defaults_to_test_and_rejects_unknown_ones():

@@ -73,8 +73,12 @@ def ptx_batches(model_dir: str, ptx_dir: str, pad_id: int):
     from k2post.sft.data import load_sft_data
     from k2post.sft.packing import collate, pack_examples
 
+    from k2post.rl.ptx_rows import ptx_row_domains, select_ptx_rows
+
     data_cfg = SFTDataConfig(path=ptx_dir, eval_fraction=0.0, packing=False, max_seq_len=2048)
-    packed = pack_examples(load_sft_data(data_cfg, load_tokenizer(model_dir)).train, 2048, False)
+    data = load_sft_data(data_cfg, load_tokenizer(model_dir))
+    chosen = select_ptx_rows(data.train, ptx_row_domains(ptx_dir, data.report.rows), [], config(model_dir, ptx_dir, 1).seed)
+    packed = pack_examples(chosen, 2048, False)
     out = []
     for rank in range(WORLD):
         first = (STEP * WORLD + rank) * PTX_ROWS

@@ -1,0 +1,47 @@
+"""Which curated rows the PTX loss trains on, and in what order.
+
+`select_ptx_rows` is a pure function: it keeps the examples whose dataset row has one of the
+chosen `domain` values (all rows when none are chosen) and shuffles them with the run's seed,
+so each optimizer step's PTX batch is a sample of the whole selection, not the dataset's first
+rows (`k2post synth` writes its tool trajectories before its gym rows).
+
+    rows = select_ptx_rows(examples, row_domains=["calculator", "gym:math"], domains=["gym:math"], seed=0)
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import TypeVar
+
+from k2post.sft.packing import Example
+
+E = TypeVar("E", bound=Example)
+
+
+class PTXDataError(ValueError):
+    """The PTX selection is empty or names a domain the dataset does not have."""
+
+
+def select_ptx_rows(examples: Sequence[E], row_domains: Sequence[str], domains: Sequence[str], seed: int) -> list[E]:
+    """The examples whose row's domain is in `domains` (all when empty), in a seeded random order."""
+    present = sorted(set(row_domains))
+    missing = [name for name in domains if name not in present]
+    if missing:
+        raise PTXDataError(f"loss.ptx_domains {missing} not in the PTX data (its domains: {present})")
+    keep = set(domains)
+    chosen = [ex for ex in examples if not keep or row_domains[ex.row_index] in keep]
+    if not chosen:
+        raise PTXDataError(f"loss.ptx_domains {list(domains)} selects no usable PTX row")
+    random.Random(seed).shuffle(chosen)
+    return chosen
+
+
+def ptx_row_domains(path: str, rows: int) -> list[str]:
+    """The `domain` of each of the first `rows` rows of the HF dataset at `path` ("" where it has no such column)."""
+    from k2post.sft.data import open_dataset
+
+    dataset = open_dataset(path, rows)
+    if "domain" not in dataset.column_names:
+        return [""] * len(dataset)
+    return [str(value or "") for value in dataset["domain"]]
