@@ -69,11 +69,10 @@ def run_rank(args) -> None:
 def ptx_batches(model_dir: str, ptx_dir: str, pad_id: int):
     """Each rank's PTX batch at step STEP, chosen as the trainer's `_ptx_loss` documents it."""
     from k2post.models.loading import load_tokenizer
+    from k2post.rl.ptx_rows import ptx_row_domains, select_ptx_rows
     from k2post.sft.config import SFTDataConfig
     from k2post.sft.data import load_sft_data
     from k2post.sft.packing import collate, pack_examples
-
-    from k2post.rl.ptx_rows import ptx_row_domains, select_ptx_rows
 
     data_cfg = SFTDataConfig(path=ptx_dir, eval_fraction=0.0, packing=False, max_seq_len=2048)
     data = load_sft_data(data_cfg, load_tokenizer(model_dir))
