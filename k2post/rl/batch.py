@@ -97,6 +97,12 @@ class GroupBook:
         for group_id in group_ids:
             self.open_groups.pop(group_id, None)
 
+    def discard(self, keep: Any) -> int:
+        """Remove ready groups for which `keep(group)` is false; returns how many went."""
+        before = len(self.ready)
+        self.ready = [group for group in self.ready if keep(group)]
+        return before - len(self.ready)
+
     def take(self, n_groups: int) -> list[list[Sample]]:
         """The oldest `n_groups` ready groups (removed from `ready`)."""
         taken, self.ready = self.ready[:n_groups], self.ready[n_groups:]

@@ -34,7 +34,7 @@ from k2post.envs.base import Task
 from k2post.evaluation.heldout import draw_tasks, eval_work, final_text, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
 from k2post.rl.critic_loop import CalibrationHarvester, PendingGroups, group_of, score_on_actors
-from k2post.rl.diagnostics import agentic_metrics, group_diagnostics
+from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_signal
 from k2post.rollout.agentic import episode_tool_stats
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
@@ -399,7 +399,8 @@ class RLRun:
         taken = [self.state.book.take(loss.groups_per_step) for _ in range(steps)]
         batches = [self._step_batch(groups, iteration) for groups in taken]
         # learning signal of every group trained this iteration (same in each step's row: survives the step average)
-        signal = group_diagnostics([r for _, shaped in batches for r in shaped], [g[0].env_name for groups in taken for g in groups])
+        signal = {} if loss.drop_uniform_groups else group_diagnostics(  # with the drop: measured before it (iteration())
+            [r for _, shaped in batches for r in shaped], [g[0].env_name for groups in taken for g in groups])
         with timer("logprobs"):  # pi_old: the weights at the start of the iteration, for every step's data
             olds = [ray.get([t.sequence_logprobs.remote(s) for t, s in zip(self.trainers, shards)]) for shards, _ in batches]
         gap = engine_gap([s for shards, _ in batches for shard in shards for s in shard], [v for old in olds for o in old for v in o])
@@ -414,9 +415,22 @@ class RLRun:
             self._sleep_rollouts(False)
         return rows
 
+    def _drop_uniform(self, iteration: int) -> dict[str, Any]:
+        """loss.drop_uniform_groups: forget ready groups whose shaped rewards are all equal. Returns the signal
+        diagnostics of the ready groups before the drop (the trained ones would all read 1.0) and the count dropped."""
+        ready = self.state.book.ready
+        shaped = [self._shaped(g, iteration) for g in ready]
+        row = group_diagnostics(shaped, [g[0].env_name for g in ready])
+        keep = {id(g) for g, rewards in zip(ready, shaped) if group_has_signal(rewards)}
+        row["train/dropped_uniform_groups"] = self.state.book.discard(lambda g: id(g) in keep)
+        return row
+
+    def _shaped(self, group: list[rb.Sample], iteration: int) -> list[float]:
+        return rb.shaped_rewards(group, self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold)
+
     def _step_batch(self, groups: list[list[rb.Sample]], iteration: int) -> tuple[list[list[rb.TrainSequence]], list[list[float]]]:
         """(per-rank shards of sequences with advantages, shaped rewards per group) of one optimizer step."""
-        shaped = [rb.shaped_rewards(g, self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold) for g in groups]
+        shaped = [self._shaped(g, iteration) for g in groups]
         shards = rb.shard_for_ranks(rb.step_sequences(groups, shaped), self.cfg.trainer.world_size)
         return [rb.by_length(shard) for shard in shards], shaped
 
@@ -543,6 +557,8 @@ class RLRun:
         if self.harvester is not None:
             row.update({"calibration/harvested_tasks": self.harvester.added, "calibration/pool": len(self.pools["critic_calibration"])})
         row.update(self.rollout_metrics(samples))
+        if self.cfg.loss.drop_uniform_groups:
+            row.update(self._drop_uniform(iteration))
         train_rows = self.train(iteration, timer)
         if train_rows:
             with timer("push"):

@@ -50,6 +50,11 @@ class RLLossConfig(K2Config):
     max_steps_per_iteration: int = Field(
         1, ge=1, description="Most optimizer steps per iteration; ready groups beyond that wait for the next iteration."
     )
+    drop_uniform_groups: bool = Field(
+        False, description="Train only on groups whose shaped rewards differ (DAPO's dynamic sampling): a group of equal rewards "
+        "has zero advantage everywhere and would only add the tau term. Its success still updates the prompt sampler. Draw more "
+        "prompts (rollout.prompts_per_iteration) to keep groups_per_step x max_steps_per_iteration groups a step.",
+    )
     ptx_coef: float = Field(0.0, ge=0, description="alpha_ptx: weight of the PTX NLL on curated data (0: off).")
     ptx_data: str | None = Field(None, description="HF dataset dir of chat rows for the PTX loss (what `k2post synth` writes).")
     ptx_rows_per_step: int = Field(2, ge=1, description="Chat rows in each optimizer step's PTX batch.")

@@ -23,7 +23,8 @@ SMALL = [
     "sft_overrides=[train.max_steps=4,train.warmup_steps=1,train.eval_every=2,train.save_every=2,train.log_every=1]",
     "rl_overrides=[train.iterations=2,train.eval_every=0,train.eval_tasks_per_env=3,train.save_every=0,"
     "rollout.prompts_per_iteration=4,rollout.samples_per_prompt=2,loss.groups_per_step=2,loss.micro_batch_size=4,"
-    "rollout.engine.max_num_seqs=16,rollout.engine.kv_cache_gib=0.5,envs.2.weight=1.0]",
+    "rollout.engine.max_num_seqs=16,rollout.engine.kv_cache_gib=0.5,envs.2.weight=1.0,"
+    "loss.drop_uniform_groups=false]",  # a 4-step SFT model mostly scores 0 everywhere: keep its groups to train on
 ]
 
 
