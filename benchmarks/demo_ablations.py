@@ -8,10 +8,12 @@ model and before-RL evals (links) and reruns only RL + the after-RL evals with o
     full            configs/rl_demo.yaml as it is
     no_budget       budget.penalty=none          (a truncated response keeps its reward)
     no_ptx          loss.ptx_coef=0
+    with_ptx        loss.ptx_coef=0.1 on the seed's SFT data (2 rows a step, every domain)
     no_temp_decay   temperature.default.kind=constant (the start temperature throughout)
 
-The demo runs with `loss.ptx_coef: 0` today (docs/LOG.md: PTX on its SFT data pulled the answer style back),
-so `no_ptx` equals `full` until the demo turns PTX on.
+A variant whose overrides leave the RL config as it is (today `no_ptx`: the demo runs with `loss.ptx_coef: 0`,
+docs/LOG.md: PTX on its SFT data pulled the answer style back) is not rerun: it reports `full`'s runs and is
+marked "= full" in the table and `"same_as_full": true` in the JSON; `with_ptx` then measures what PTX does.
 
 Prints, per variant, the test-split gain over the RL environments, the mean response length and the
 truncation rate after RL (mean +- std over seeds), then one JSON line {"variants": {name: {...}}, "seeds": [..]}.
@@ -36,14 +38,29 @@ VARIANTS: dict[str, list[str]] = {
     "no_budget": ["budget.penalty=none"],
     "no_ptx": ["loss.ptx_coef=0"],
     "no_temp_decay": ["temperature.default.kind=constant"],
+    "with_ptx": ["loss.ptx_coef=0.1", "loss.ptx_data={run_dir}/synth/dataset"],
 }
 SHARED = ("model", "synth", "sft")  # reused by every variant of a seed
+
+
+def same_as_full(config: str, name: str) -> bool:
+    """Whether the variant's overrides leave the recipe's RL config unchanged (then its runs would be full's)."""
+    from k2post.config.registry import load_run_config
+
+    rl = ROOT / load_run_config(str(ROOT / config), [], expected_kind="recipe").rl
+    full = load_run_config(str(rl), [], expected_kind="rl").model_dump()
+    return load_run_config(str(rl), overrides_of(name, Path("run")), expected_kind="rl").model_dump() == full
+
+
+def overrides_of(name: str, run_dir: Path) -> list[str]:
+    """The variant's RL overrides, with `{run_dir}` (the variant's run dir) filled in."""
+    return [override.format(run_dir=run_dir) for override in VARIANTS[name]]
 
 
 def run_variant(config: str, seed: int, out: Path, name: str) -> dict[str, Any]:
     """RL + after-RL evals of one variant, on the seed's shared SFT model; returns its report."""
     base, run_dir = out / f"seed{seed}", out / f"seed{seed}-{name}"
-    if name == "full":
+    if name == "full" or same_as_full(config, name):
         return json.loads((base / "report.json").read_text())
     report = run_dir / "report.json"
     if not report.is_file():
@@ -53,7 +70,7 @@ def run_variant(config: str, seed: int, out: Path, name: str) -> dict[str, Any]:
                 (run_dir / part).symlink_to((base / part).resolve(), target_is_directory=True)
         for before in (base / "eval").glob("before_rl*.json"):
             (run_dir / "eval" / before.name).write_text(before.read_text())
-        rl = ",".join(VARIANTS[name])
+        rl = ",".join(overrides_of(name, run_dir))
         cmd = [sys.executable, "-m", "pipelines.recipe", config, f"seed={seed}", f"run_dir={run_dir}",
                f"model.path={run_dir / 'model'}", f"rl_overrides=[{rl}]"]
         if subprocess.run(cmd, cwd=ROOT).returncode != 0:
@@ -89,9 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         run_seed(args.config, seed, args.out, [])
     reports = {name: [run_variant(args.config, s, args.out, name) for s in args.seeds] for name in args.variants}
     figures = summarize(reports)
+    for name in figures:
+        figures[name]["same_as_full"] = name != "full" and same_as_full(args.config, name)
     print(f"{'variant':<15} {'test gain (mean +- std)':>24} {'shifted gain':>13} {'resp. tokens':>13} {'truncated':>10}")
     for name, row in figures.items():
-        print(f"{name:<15} {row['gain_mean']:>+14.3f} +- {row['gain_std']:.3f} {row['shifted_gain_mean']:>+13.3f} "
+        label = f"{name} (= full)" if row["same_as_full"] else name
+        print(f"{label:<15} {row['gain_mean']:>+14.3f} +- {row['gain_std']:.3f} {row['shifted_gain_mean']:>+13.3f} "
               f"{row['response_tokens_after']:>13.1f} {row['truncation_after']:>10.3f}")
     print(json.dumps({"seeds": args.seeds, "variants": figures}))
     return 0

@@ -63,7 +63,7 @@ def test_ablation_summary_per_variant():
     assert out["full"]["gain_mean"] == pytest.approx(0.15) and out["full"]["gain_std"] > 0
     assert out["full"]["response_tokens_after"] == pytest.approx(11) and out["full"]["truncation_after"] == pytest.approx(0.05)
     assert out["no_budget"]["gain_mean"] == pytest.approx(0.0) and out["no_budget"]["shifted_gain_mean"] == 0.0
-    assert set(ablations.VARIANTS) == {"full", "no_budget", "no_ptx", "no_temp_decay"}
+    assert set(ablations.VARIANTS) == {"full", "no_budget", "no_ptx", "no_temp_decay", "with_ptx"}
 
 
 def test_ablation_overrides_are_valid_rl_config_fields():
@@ -72,5 +72,21 @@ def test_ablation_overrides_are_valid_rl_config_fields():
     spec = importlib.util.spec_from_file_location("demo_ablations", ROOT / "benchmarks" / "demo_ablations.py")
     ablations = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ablations)
-    for overrides in ablations.VARIANTS.values():
+    for name in ablations.VARIANTS:
+        overrides = ablations.overrides_of(name, Path("runs/x"))
+        assert all("{" not in o for o in overrides), overrides
         load_run_config(str(ROOT / "configs" / "rl_demo.yaml"), overrides, expected_kind="rl")
+
+
+def test_ablation_variant_that_changes_nothing_is_not_rerun():
+    """A variant equal to the demo's RL config (no_ptx while the demo has PTX off) reuses full's runs."""
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("demo_ablations", ROOT / "benchmarks" / "demo_ablations.py")
+    ablations = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablations)
+    ptx_off = yaml.safe_load((ROOT / "configs" / "rl_demo.yaml").read_text())["loss"].get("ptx_coef", 0.0) == 0
+    assert ablations.same_as_full("configs/recipe_demo.yaml", "no_ptx") is ptx_off
+    assert not ablations.same_as_full("configs/recipe_demo.yaml", "no_budget")
+    assert not ablations.same_as_full("configs/recipe_demo.yaml", "no_temp_decay")
+    assert not ablations.same_as_full("configs/recipe_demo.yaml", "with_ptx")

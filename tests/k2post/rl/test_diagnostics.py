@@ -181,7 +181,8 @@ def test_train_rows_carry_the_signal_of_the_trained_groups(monkeypatch):
     run = RLRun.__new__(RLRun)
     run.trainers, run.state = [trainer], types.SimpleNamespace(book=rb.GroupBook(k=2), step=0)
     run.cfg = types.SimpleNamespace(
-        loss=types.SimpleNamespace(max_steps_per_iteration=2, groups_per_step=2, micro_batch_size=2),
+        loss=types.SimpleNamespace(max_steps_per_iteration=2, groups_per_step=2, micro_batch_size=2,
+                                  drop_uniform_groups=False),
         budget=BudgetConfig(), length_penalty=LengthPenaltyConfig(), reward=types.SimpleNamespace(success_threshold=0.5),
         trainer=types.SimpleNamespace(world_size=1, offload_during_rollout=False),
         rollout=types.SimpleNamespace(sleep_during_training=False))
