@@ -1,7 +1,7 @@
 """Benchmark: the critic's agreement with the verifier on held-out pairs, before and after RL with critic_calibration.
 
 Run: `python benchmarks/critic_calibration.py [--out runs/bench_critic] [--iterations 15] [--quick]
-      [--pair-kind reference|malformed] [--judge-rows N]` (repo root).
+      [--pair-kind reference|malformed] [--judge-rows N] [--drop-uniform-groups]` (repo root).
 
 `--pair-kind reference` (default; the steps below): the judge tells a correct math answer from a wrong number.
 `--pair-kind malformed`: the judge tells a correct answer from a malformed one (no readable answer), in the compact
@@ -114,7 +114,7 @@ def rl_config(args: argparse.Namespace, model: Path, run_dir: Path, heldout: Pat
                     "engine": {"dtype": "float32", "max_model_len": 2048, "max_num_seqs": 160, "kv_cache_gib": 1.0},
                     "agentic": {"max_turns": 1, "max_turn_tokens": ANSWER_TOKENS, "max_episode_tokens": ANSWER_TOKENS}},
         "loss": {"tau": 0.1, "groups_per_step": args.prompts // 2, "micro_batch_size": min(16, args.prompts // 2 * args.k),
-                 "max_steps_per_iteration": 2},
+                 "max_steps_per_iteration": 2, "drop_uniform_groups": args.drop_uniform_groups},
         "optim": {"lr": args.lr, "weight_decay": 0.0},
         "budget": {"default_max_tokens": ANSWER_TOKENS, "max_tokens": {"critic": VERDICT_TOKENS}, "penalty": "replace"},
         "temperature": {"default": {"kind": "linear", "start": 1.0, "end": 0.7, "decay_iterations": args.iterations}},
@@ -190,6 +190,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-n", type=int, default=128, help="held-out tasks / pairs per environment at each eval")
     parser.add_argument("--eval-every", type=int, default=5, help="in-loop eval every N iterations")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--drop-uniform-groups", action="store_true",
+                        help="train only on groups whose rewards differ (loss.drop_uniform_groups, as the demo does)")
     parser.add_argument("--quick", action="store_true", help="a few-minute smoke run (tiny SFT, 2 iterations)")
     args = parser.parse_args()
     if args.quick:

@@ -23,7 +23,8 @@ def _bench():
     return module
 
 
-@pytest.mark.parametrize("argv", [["--quick"], ["--pair-kind", "malformed", "--judge-rows", "12", "--critic-weight", "3"]])
+@pytest.mark.parametrize("argv", [["--quick"], ["--pair-kind", "malformed", "--judge-rows", "12", "--critic-weight", "3",
+                                                   "--drop-uniform-groups"]])
 def test_synth_and_rl_configs_validate(argv, tmp_path, monkeypatch):
     bench = _bench()
     monkeypatch.setattr(sys, "argv", ["critic_calibration.py", "--out", str(tmp_path), *argv])
@@ -35,6 +36,8 @@ def test_synth_and_rl_configs_validate(argv, tmp_path, monkeypatch):
         judge = next(g for g in synth.gym_tasks if g.env == "critic_calibration")
         assert judge.tasks == 12 and judge.config["pair_kind"] == "malformed" and synth.gym_tasks[0].judge_share == 0
         assert calibration.config["prompt_style"] == "compact" and rl.critic.harvest_pairs_per_group == 0 and calibration.weight == 3
+        assert rl.loss.drop_uniform_groups
     else:
         assert [g.env for g in synth.gym_tasks] == ["math", "reasoning_gym"] and synth.gym_tasks[0].judge_share == 0.3
         assert synth.gym_tasks[0].tasks == 300 and synth.gym_tasks[1].tasks == 40 and rl.critic.harvest_pairs_per_group == 2
+        assert not rl.loss.drop_uniform_groups
