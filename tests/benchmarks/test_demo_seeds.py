@@ -63,7 +63,8 @@ def test_ablation_summary_per_variant():
     assert out["full"]["gain_mean"] == pytest.approx(0.15) and out["full"]["gain_std"] > 0
     assert out["full"]["response_tokens_after"] == pytest.approx(11) and out["full"]["truncation_after"] == pytest.approx(0.05)
     assert out["no_budget"]["gain_mean"] == pytest.approx(0.0) and out["no_budget"]["shifted_gain_mean"] == 0.0
-    assert set(ablations.VARIANTS) == {"full", "no_budget", "no_ptx", "no_temp_decay", "with_ptx"}
+    assert set(ablations.VARIANTS) == {"full", "no_budget", "no_ptx", "no_temp_decay", "with_ptx", "tight_budget"}
+    assert [n for n in ablations.VARIANTS if ablations.changes_budget(n)] == ["tight_budget"]
 
 
 def test_ablation_overrides_are_valid_rl_config_fields():
