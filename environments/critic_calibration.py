@@ -32,6 +32,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from environments.answer_extraction import extract_answer, parse_number
+from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.mix import EnvEntryConfig
 from k2post.envs.registry import register_environment
@@ -40,6 +42,8 @@ from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, 
 from rubrics.schema import Rubric, builtin_rubrics
 
 DEFAULT_TASKS = 200
+READ_ORDER = ("boxed", "answer_is", "last_number")
+"""How the worked judgement reads each response's final answer."""
 
 
 class CriticCalibrationConfig(EnvConfig):
@@ -65,6 +69,11 @@ class CriticCalibrationConfig(EnvConfig):
         "rubric titles only, a one-line instruction; for very small judges)."
     )
     placement_seed: int = Field(0, description="Seed of the coin that puts the correct response at A or B.")
+    correct_at_a: float = Field(
+        0.5, gt=0.0, lt=1.0,
+        description="Share of pairs with the verified-correct response at A (0.5: a fair coin). Above 0.5 in SFT data it "
+        "reproduces a position-biased teacher (every verdict right, the better response usually first): the judge learns "
+        "a prior for A that RL on fair pairs has to unlearn (the demo, docs/CRITIC.md).")
     success_threshold: float = Field(0.5, description="A source reward at or above this is 'correct'.")
 
     @model_validator(mode="after")
@@ -99,6 +108,12 @@ def write_pairs(path: str | Path, pairs: list[CalibrationPair]) -> None:
     tmp.replace(target)
 
 
+def read_answer(response: object) -> str:
+    """A response's final answer as the worked judgement writes it: the number it states, else "none"."""
+    value = extract_answer(str(response), list(READ_ORDER)).value
+    return value.strip() if value is not None and parse_number(value) is not None else "none"
+
+
 @register_environment
 class CriticCalibrationEnv(Environment):
     """Pairwise judging of verifier-labelled response pairs; reward = agreement with the verifier."""
@@ -119,7 +134,8 @@ class CriticCalibrationEnv(Environment):
 
     def task_for(self, pair: CalibrationPair) -> Task:
         """The judge task of a pair under this env's rubrics and placement seed."""
-        return calibration_task(pair, self.rubrics, self.config.placement_seed, self.name, compact=self.config.prompt_style == "compact")
+        return calibration_task(pair, self.rubrics, self.config.placement_seed, self.name, compact=self.config.prompt_style == "compact",
+                                correct_at_a=self.config.correct_at_a)
 
     def reference_pairs(self, split: Split, seed: int, n: int) -> Iterator[CalibrationPair]:
         """Gold answer vs a wrong one (`pair_kind`) per source task, both checked by the source's verifier."""
@@ -159,6 +175,21 @@ class CriticCalibrationEnv(Environment):
             if count >= limit:
                 return
             yield self.task_for(pair)
+
+    def worked_solution(self, task: Task) -> str | None:
+        """Judging by working it out: the source question's own steps, then each response's final answer
+        (`read_answer`: "6 + 10 = 16. A: 16, B: 14", "... A: none, B: 16"); None when the source env writes no steps."""
+        meta = task.metadata
+        source = self.source_envs.get(str(meta.get("source_env")))
+        responses, prompt = meta.get("responses"), meta.get("source_prompt")
+        if source is None or not isinstance(responses, list) or len(responses) != 2 or not isinstance(prompt, list):
+            return None
+        messages = [Message.model_validate(message) for message in prompt]
+        source_task = Task(id=str(meta.get("source_task_id")), env=source.name, task_type=source.task_type, messages=messages)
+        steps = source.worked_solution(source_task)
+        if steps is None:
+            return None
+        return f"{steps}. A: {read_answer(responses[0])}, B: {read_answer(responses[1])}"
 
     def score(self, task: Task, response: str) -> Reward:
         """1.0 when the verdict names the verified-correct position (task.answer), else 0."""

@@ -46,6 +46,7 @@ from environments.answer_extraction import (
     extract_hash,
     parse_number,
 )
+from environments.worked import chain_steps, expression_of
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
@@ -186,6 +187,9 @@ GENERATORS: dict[str, Callable[[random.Random, int], tuple[str, int]]] = {
 
 
 _INTEGER = re.compile(r"\d+")
+_SIGNED = re.compile(r"-?\d+")
+_WORD_OPERATORS = {"more": "+", "gives away": "-", "boxes with": "*"}
+"""The operation each word-problem wording of `gen_word` asks for."""
 
 
 def largest_number(kind: str, difficulty: int) -> int:
@@ -359,6 +363,25 @@ class MathEnv(Environment):
             rows, prefix = iter(fixed if n is None else fixed[:n]), split
         for index, (question, answer, meta) in enumerate(rows):
             yield self._make_task(f"math-{prefix}-{index}", question, answer, meta)
+
+    def worked_solution(self, task: Task) -> str | None:
+        """The equation(s) behind a generated question, read from its text ("8 - 3 = 5"; a word problem names
+        its operation), so a prompt without metadata (a judged pair's) works too; None for other questions."""
+        question = str(task.metadata.get("question") or (task.messages[-1].content if task.messages else ""))
+        question = question.splitlines()[0] if question else ""
+        numbers = [int(n) for n in _SIGNED.findall(question)]
+        expression = expression_of(question.replace("What is ", ""))
+        if question.startswith("Solve for x") and len(numbers) in (2, 3):
+            a, b, c = [1, *numbers] if len(numbers) == 2 else numbers  # "x + b = c" or "ax + b = c"
+            return f"{c} - {b} = {c - b}, {c - b} / {a} = {(c - b) // a}" if a else None
+        if " / " in question and len(numbers) == 2 and numbers[1]:
+            return f"{numbers[0]} / {numbers[1]} = {numbers[0] // numbers[1]}"
+        if expression is not None:
+            return chain_steps(expression)
+        if len(numbers) == 2 and any(word in question for word in _WORD_OPERATORS):
+            operator = next(op for word, op in _WORD_OPERATORS.items() if word in question)
+            return chain_steps(f"{numbers[0]} {operator} {numbers[1]}")
+        return None
 
     # ------------------------------------------------------------ on-disk HF dataset
 

@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from environments.answer_extraction import DEFAULT_TAIL_CHARS, ExtractionMethod, extract_answer
+from environments.worked import chain_steps, chain_value, expression_of
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
@@ -242,6 +243,19 @@ class ReasoningGymEnv(Environment):
         fixed: FixedSet = getattr(self, f"_{split}_set")
         for index, entry in fixed.items[: len(fixed.items) if n is None else max(n, 0)]:
             yield self._make_task(split, index, entry, fixed)
+
+    def worked_solution(self, task: Task) -> str | None:
+        """Left-to-right steps of a question that ends in an integer +/- chain (chain_sum; basic_arithmetic
+        without precedence), when they reach the gold answer (a task without one: a judged pair's prompt); else None."""
+        question = str(task.metadata.get("entry", {}).get("question", "")) or task.messages[-1].content
+        expression = expression_of(question)
+        try:
+            gold = None if task.answer is None else normalize_answer(str(task.answer))
+            if expression is None or (gold is not None and str(chain_value(expression)) != gold):
+                return None
+            return chain_steps(expression)
+        except ValueError:
+            return None
 
     # ------------------------------------------------------------ scoring
 

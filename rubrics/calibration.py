@@ -89,22 +89,25 @@ def pairs_from_group(source_env: str, task: Task, responses: Sequence[str], rewa
                             correct_reward=c[1], wrong_reward=w[1]) for c, w in combos[:max_pairs]]
 
 
-def correct_position(pair: CalibrationPair, seed: int) -> str:
-    """'A' or 'B': where the correct response goes (a seeded coin per pair)."""
-    return "A" if random.Random(f"{seed}:{pair.key}").random() < 0.5 else "B"
+def correct_position(pair: CalibrationPair, seed: int, correct_at_a: float = 0.5) -> str:
+    """'A' or 'B': where the correct response goes (a seeded coin per pair, A with probability `correct_at_a`)."""
+    return "A" if random.Random(f"{seed}:{pair.key}").random() < correct_at_a else "B"
 
 
 def calibration_task(pair: CalibrationPair, rubrics: Sequence[Rubric], seed: int, env_name: str = "critic_calibration",
-                     compact: bool = False) -> Task:
+                     compact: bool = False, correct_at_a: float = 0.5) -> Task:
     """The judge prompt of a pair as a Task; `answer` is the position of the verified-correct response.
 
     `compact`: the short one-message prompt (`compact_judge_messages`) instead of the full one.
+    `correct_at_a`: how often the correct response is put first (0.5: a fair coin).
     """
-    gold = correct_position(pair, seed)
+    gold = correct_position(pair, seed, correct_at_a)
     first, second = (pair.correct, pair.wrong) if gold == "A" else (pair.wrong, pair.correct)
     messages = (compact_judge_messages if compact else judge_messages)(pair.prompt, first, second, rubrics)
     return Task(id=f"cal-{pair.key}", env=env_name, task_type="critic", messages=messages,
-                answer=gold, metadata={"source_env": pair.source_env, "source_task_id": pair.source_task_id})
+                answer=gold, metadata={"source_env": pair.source_env, "source_task_id": pair.source_task_id,
+                                       "source_prompt": [m.model_dump(mode="json", exclude_none=True) for m in pair.prompt],
+                                       "responses": [first, second]})
 
 
 def agreement(task: Task, response: Any) -> Reward:

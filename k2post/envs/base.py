@@ -88,6 +88,11 @@ class Environment(abc.ABC):
         """Tools the model may call, as MCP/OpenAI-style JSON schemas (empty for plain Q&A)."""
         return []
 
+    def worked_solution(self, task: Task) -> str | None:
+        """The steps that lead to `task`'s gold answer, as text (e.g. "7 - 3 = 4, 4 + 9 = 13"), or None when
+        the environment cannot write them; SFT data synthesis renders it in a `{steps}` reply slot."""
+        return None
+
     @abc.abstractmethod
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         """Tasks of a split (train, dev, test, shifted: `k2post.envs.splits`); train, dev and test are

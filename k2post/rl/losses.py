@@ -104,6 +104,26 @@ def shifted_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Ten
     return out
 
 
+def logits_window(mask: torch.Tensor) -> int:
+    """How many trailing positions' logits a batch needs: from the one that predicts its first trained
+    token to the end (`logits_to_keep` of a HF forward; the prompt positions before it need none). [N, T] -> int."""
+    trained = mask.bool().any(dim=0).nonzero()
+    if trained.numel() == 0:
+        return 1
+    return mask.shape[1] - max(int(trained[0]) - 1, 0)
+
+
+def tail_logprobs(tail_logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """`shifted_logprobs` from the logits of the last L positions only; earlier positions get 0. [N, L, V], [N, T] -> [N, T]."""
+    window, length = tail_logits.shape[1], input_ids.shape[1]
+    if not 1 <= window <= length:
+        raise ValueError(f"tail of {window} logits for {length} tokens")
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=tail_logits.device)
+    start = length - window
+    out[:, start + 1 :] = token_logprobs(tail_logits[:, :-1], input_ids[:, start + 1 :])
+    return out
+
+
 def ptx_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Token-mean NLL of `labels` (IGNORE_INDEX = not trained), labels aligned with inputs (shifted here)."""
     shift_logits, shift_labels = logits[:, :-1].float(), labels[:, 1:]

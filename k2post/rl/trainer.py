@@ -27,7 +27,7 @@ import torch
 
 from k2post.rl.batch import TrainSequence, micro_loss_scale, pad_rows
 from k2post.optim.qk_clip import recording_real_tokens
-from k2post.rl.losses import k15_residuals, ptx_loss, sequence_logprob, shifted_logprobs, token_entropy
+from k2post.rl.losses import k15_residuals, logits_window, ptx_loss, sequence_logprob, tail_logprobs, token_entropy
 from k2post.rl.ptx_rows import ptx_row_domains, select_ptx_rows
 from k2post.rl.run_config import RLConfig
 
@@ -156,7 +156,9 @@ class RLTrainerWorker:
     # ------------------------------------------------------------------ forward passes
 
     def _forward(self, rows: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Logits [B, T, V], input ids [B, T] and loss mask [B, T] of a micro-batch (right-padded).
+        """Logits of the trailing positions that predict trained tokens [B, L, V] (`logits_window`: the
+        prompt-only positions before them need no LM head or softmax), input ids [B, T] and loss mask [B, T]
+        of a micro-batch (right-padded).
 
         QK-Clip's recorder counts only the real tokens: the trainer passes no attention mask, and
         right padding is harmless to causal attention but would enter S_max."""
@@ -166,7 +168,7 @@ class RLTrainerWorker:
         lengths = torch.tensor([len(r.token_ids) for r in rows], device=self.engine.device)
         valid = torch.arange(input_ids.shape[1], device=self.engine.device)[None, :] < lengths[:, None]  # [B, T]
         with recording_real_tokens(self.recorder, valid):
-            logits = self.engine(input_ids=input_ids, use_cache=False).logits
+            logits = self.engine(input_ids=input_ids, use_cache=False, logits_to_keep=logits_window(mask)).logits
         return logits, input_ids, mask
 
     @torch.no_grad()
@@ -178,18 +180,18 @@ class RLTrainerWorker:
         with recording:
             for start in range(0, len(rows), size):
                 logits, input_ids, mask = self._forward(rows[start : start + size])
-                out.extend(sequence_logprob(shifted_logprobs(logits, input_ids), mask).tolist())
+                out.extend(sequence_logprob(tail_logprobs(logits, input_ids), mask).tolist())
         return out
 
     def _micro_loss(self, rows: list[TrainSequence], old: list[float], scale: float, sums: dict[str, float]) -> torch.Tensor:
         """scale * sum_i residual_i^2 of one micro-batch (`k15_residuals`); folds diagnostics into `sums`."""
         logits, input_ids, mask = self._forward(rows)
-        seq_logp = sequence_logprob(shifted_logprobs(logits, input_ids), mask)  # [B]
+        seq_logp = sequence_logprob(tail_logprobs(logits, input_ids), mask)  # [B]
         advantages = torch.tensor([r.advantage for r in rows], device=seq_logp.device)
         residual, logratio = k15_residuals(seq_logp, torch.tensor(old, device=seq_logp.device), advantages, self.cfg.loss.tau)
         residual_sq = residual.pow(2).sum()
         with torch.no_grad():
-            response = mask[:, 1:]  # the positions whose logits predicted a model-written token
+            response = mask[:, mask.shape[1] - logits.shape[1] + 1 :]  # [B, L-1]: the tail positions that predicted a model-written token
             sums["entropy"] += float((token_entropy(logits[:, :-1]) * response).sum())
             sums["response_tokens"] += float(response.sum())
             sums["loss"] += float(residual_sq)

@@ -51,6 +51,15 @@ class SynthConfig(K2Config):
     personas: list[str] = Field(default_factory=lambda: list(PERSONAS), min_length=1, description="Personas of the simulated users.")
     agent: Literal["reference", "llm"] = Field("reference", description="Who writes assistant turns: the built-in reference solver or the LLM.")
     mistake_rate: float = Field(0.15, ge=0, le=1, description="Reference agent: share of trajectories with one injected mistake (the judge must reject them).")
+    direct_answer_rate: float = Field(
+        0.0, ge=0, le=1,
+        description="Reference agent: share of tool-use tasks answered at once from the reference answer, without a tool call (a "
+        "teacher that does the work in its head); judged on the final answer alone (`AnswerJudge`). Data that under-uses the "
+        "tools, as distilled data often does: RL on the tool_use gym, which rewards the computation done with the tool, has to "
+        "learn to call it (the demo, docs/RL.md).")
+    direct_answer_templates: list[str] | None = Field(
+        None, description="Task templates `direct_answer_rate` applies to (null: every template), e.g. [calc_multiply]: a teacher "
+        "that trusts its mental arithmetic on products but adds with the calculator.")
     user_simulator: Literal["rules", "llm"] = Field("rules", description="Who plays the user: persona rules or the LLM.")
     tool_simulator: Literal["rules", "llm"] = Field("rules", description="Who answers tool calls: the domain's stateful simulator or the LLM.")
     tool_failure_rate: float = Field(0.0, ge=0, le=1, description="Rules simulator: probability of a seeded transient tool failure per call.")
@@ -64,9 +73,9 @@ class SynthConfig(K2Config):
     def _llm_roles_need_endpoint(self) -> "SynthConfig":
         if not self.domains and not self.gym_tasks:
             raise ValueError("nothing to synthesize: list tool-use `domains`, `gym_tasks`, or both")
-        gyms = [g.env for g in self.gym_tasks]
+        gyms = [g.key for g in self.gym_tasks]
         if len(set(gyms)) != len(gyms):
-            raise ValueError(f"gym_tasks must list each environment once, got {gyms}")
+            raise ValueError(f"gym_tasks must name each entry once, got {gyms}: give a second entry of an environment its own `label`")
         roles = [name for name, value in (("agent", self.agent), ("user_simulator", self.user_simulator),
                                           ("tool_simulator", self.tool_simulator), ("judge", self.judge)) if "llm" in value]
         if roles and self.llm is None:
@@ -90,4 +99,15 @@ class SynthConfig(K2Config):
             idle = sorted(set(self.domains) - {offered[t].name for t in self.templates})
             if idle:
                 raise ValueError(f"domains {idle} have none of the listed templates: drop them from domains or add their templates")
+        self._check_direct_templates()
         return self
+
+    def _check_direct_templates(self) -> None:
+        if not self.direct_answer_templates:
+            return
+        from k2post.synth.domains import build_domains
+
+        synthesized = set(self.templates) or {t for d in build_domains(self.domains, self.synthetic_domains).values() for t in d.templates}
+        unused = sorted(set(self.direct_answer_templates) - synthesized)
+        if unused:
+            raise ValueError(f"direct_answer_templates {unused} are not synthesized templates; known: {sorted(synthesized)}")

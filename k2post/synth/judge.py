@@ -8,6 +8,8 @@
 - `LLMJudge`: an LLM reads the rubric and the transcript and answers JSON
   `{"accept": bool, "reasons": [..]}`; anything else is a reject (`judge_unparseable`). Parsed
   with `json.loads` only.
+- `AnswerJudge`: for the trajectories that answer without tools on purpose (`direct_answer_rate`):
+  a normal end, no tool call, and the final answer states the rubric's answer.
 - `AllJudges`: accepted only if every judge accepts; reasons are concatenated.
 """
 
@@ -61,6 +63,23 @@ class RubricJudge:
         if rubric.answer and not answer_matches(rubric.answer, trajectory.final_answer):
             reasons.append("answer")
         return Verdict(accepted=not reasons, reasons=reasons, judge="rubric")
+
+
+class AnswerJudge:
+    """For trajectories that answer without tools on purpose (`direct_answer_rate`): the dialogue ended
+    normally, no tool was called, no raw tool-call tokens, and the final answer states the rubric's answer."""
+
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+        if trajectory.error:
+            return Verdict(accepted=False, reasons=["role_error"], judge="answer")
+        reasons = [] if trajectory.finished else ["unfinished"]
+        if trajectory.calls:
+            reasons.append("tool_called")
+        if _raw_call_tokens(trajectory.messages):
+            reasons.append("malformed_tool_call")
+        if not task.rubric.answer or not answer_matches(task.rubric.answer, trajectory.final_answer):
+            reasons.append("answer")
+        return Verdict(accepted=not reasons, reasons=reasons, judge="answer")
 
 
 JUDGE_PROMPT = (

@@ -31,7 +31,7 @@ from rich.table import Table
 from k2post.synth.config import SynthConfig
 from k2post.synth.domains import Domain, build_domains
 from k2post.synth.gym_tasks import gym_row, gym_tasks
-from k2post.synth.judge import AllJudges, Judge, LLMJudge, RubricJudge, Verdict
+from k2post.synth.judge import AllJudges, AnswerJudge, Judge, LLMJudge, RubricJudge, Verdict
 from k2post.synth.roles import LLMAgent, LLMToolSimulator, LLMUser, ReferenceAgent, RuleToolSimulator, RuleUser
 from k2post.synth.specs import SHIPPED_SPECS, ToolSpecError, domain_spec_json, load_tool_specs
 from k2post.synth.tasks import SynthTask, agent_for, make_tasks
@@ -111,7 +111,8 @@ def synthesize(cfg: SynthConfig, domain: Domain, tools: list, task: SynthTask, a
     rng = random.Random(f"{cfg.seed}:{task.id}:{attempt}")
     sampling = cfg.llm_sampling.model_dump()
     state = domain.new_state(task.scenario)
-    agent = LLMAgent(client, **sampling) if cfg.agent == "llm" else ReferenceAgent(task, rng, cfg.mistake_rate)
+    direct = cfg.agent == "reference" and answers_directly(cfg, task)
+    agent = LLMAgent(client, **sampling) if cfg.agent == "llm" else ReferenceAgent(task, rng, cfg.mistake_rate, direct=direct)
     user = LLMUser(client, task, **sampling) if cfg.user_simulator == "llm" else RuleUser(task)
     if cfg.tool_simulator == "llm":
         tool_sim = LLMToolSimulator(client, tools, f"{domain.description}; initial state {json.dumps(task.scenario.initial_state)}", **sampling)
@@ -121,10 +122,18 @@ def synthesize(cfg: SynthConfig, domain: Domain, tools: list, task: SynthTask, a
     trajectory = run_trajectory(system, tools, agent, user, tool_sim, cfg.max_turns)
     metadata = {
         "task_id": task.id, "domain": task.domain, "template": task.scenario.template, "persona": task.persona,
-        "attempt": attempt, "agent": cfg.agent, "mistake": getattr(agent, "mistake", None), "turns": trajectory.turns,
+        "attempt": attempt, "agent": cfg.agent, "mistake": getattr(agent, "mistake", None), "direct": direct, "turns": trajectory.turns,
         "tool_calls": len(trajectory.calls), "tool_errors": sum(not c.ok for c in trajectory.calls),
     }
     return trajectory, state.model_dump(mode="json"), metadata
+
+
+def answers_directly(cfg: SynthConfig, task: SynthTask) -> bool:
+    """Whether the reference agent answers `task` without tools: a seeded `direct_answer_rate` share of the tasks of
+    `direct_answer_templates` (all when null), the same for every attempt."""
+    if cfg.direct_answer_rate == 0 or (cfg.direct_answer_templates is not None and task.scenario.template not in cfg.direct_answer_templates):
+        return False
+    return random.Random(f"{cfg.seed}:{task.id}:direct").random() < cfg.direct_answer_rate
 
 
 def make_row(task: SynthTask, tools: list, trajectory: Trajectory, metadata: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
@@ -186,14 +195,14 @@ def _progress(console: Console) -> Progress:
 
 def synthesize_all(cfg: SynthConfig, domains, tools, tasks: list[SynthTask], writer: ShardWriter, console: Console) -> None:
     client = _client(cfg)
-    judge = make_judge(cfg, client)
+    judge, answer_judge = make_judge(cfg, client), AnswerJudge()
     with _progress(console) as progress:
         bar = progress.add_task("synth", total=len(tasks), accepted=0)
         accepted = 0
         for task in tasks:
             for attempt in range(cfg.attempts_per_task):
                 trajectory, state, metadata = synthesize(cfg, domains[task.domain], tools[task.domain], task, attempt, client)
-                verdict = judge.judge(task, trajectory, state)
+                verdict = (answer_judge if metadata["direct"] else judge).judge(task, trajectory, state)
                 writer.write(make_row(task, tools[task.domain], trajectory, metadata, verdict))
                 if verdict.accepted:
                     accepted += 1
@@ -203,7 +212,7 @@ def synthesize_all(cfg: SynthConfig, domains, tools, tasks: list[SynthTask], wri
 
 def synthesize_gyms(cfg: SynthConfig, jobs: list[tuple[Any, Any, list]], done: set[str], writer: ShardWriter, console: Console) -> None:
     """Reference answers for the gym tasks without a row yet (one attempt each), judged by the gym's verifier."""
-    todo = [(g, env, task) for g, env, tasks in jobs for task in tasks if gym_row_id(env.name, task.id) not in done]
+    todo = [(g, env, task) for g, env, tasks in jobs for task in tasks if gym_row_id(g.key, task.id) not in done]
     if not todo:
         return
     with _progress(console) as progress:
@@ -211,14 +220,15 @@ def synthesize_gyms(cfg: SynthConfig, jobs: list[tuple[Any, Any, list]], done: s
         accepted = 0
         for gym, env, task in todo:
             row = gym_row(gym, env, task, cfg.seed, cfg.mistake_rate)
-            row["id"] = gym_row_id(env.name, task.id)
+            row["id"] = gym_row_id(gym.key, task.id)
             writer.write(row)
             accepted += row["accepted"]
             progress.update(bar, advance=1, accepted=accepted)
 
 
-def gym_row_id(env_name: str, task_id: str) -> str:
-    return f"{env_name}/{task_id}"
+def gym_row_id(entry_key: str, task_id: str) -> str:
+    """A gym row's id: the gym_tasks entry's key (its label, else its env) and the task id."""
+    return f"{entry_key}/{task_id}"
 
 
 def run_synth(cfg: SynthConfig, console: Console | None = None) -> dict[str, Any]:
@@ -245,7 +255,7 @@ def run_synth(cfg: SynthConfig, console: Console | None = None) -> dict[str, Any
         jobs = [(g, *gym_tasks(g, cfg.seed)) for g in cfg.gym_tasks]
     except ValueError as err:
         raise SynthError(str(err)) from None
-    wanted = {t.id for t in tasks} | {gym_row_id(env.name, t.id) for _, env, env_tasks in jobs for t in env_tasks}
+    wanted = {t.id for t in tasks} | {gym_row_id(g.key, t.id) for g, _, env_tasks in jobs for t in env_tasks}
     writer = ShardWriter(out / "shards")
     try:
         synthesize_all(cfg, domains, tools, todo, writer, console)
@@ -320,6 +330,7 @@ def synth_stats(rows: list[dict[str, Any]], n_tasks: int) -> dict[str, Any]:
         "rejected_by_reason": dict(reasons.most_common()), "rejected_by_detail": dict(detailed.most_common()),
         "per_domain": {d: {"accepted": c["accepted"], "rejected": c["rejected"]} for d, c in sorted(per_domain.items())},
         "mistakes_injected": dict(injected), "mistakes_rejected": dict(caught),
+        "direct_accepted": sum(bool(r["accepted"] and r["metadata"].get("direct")) for r in rows),
     }
 
 

@@ -2,7 +2,8 @@
 
 - agent (writes assistant turns): `ReferenceAgent` plays the task's reference solution, with a
   seeded `mistake_rate` of realistic failures (a skipped call, a wrong argument, an early or wrong
-  answer) that the judge must catch — rejection sampling needs rejects; `LLMAgent` asks any
+  answer) that the judge must catch — rejection sampling needs rejects — or, for a seeded
+  `direct_answer_rate` of tasks, answers at once without the tools; `LLMAgent` asks any
   `ToolLLMClient` (a vLLM server over HTTP, the policy's engine in process).
 - user simulator: `RuleUser` phrases the request by persona and nudges an assistant that stops to
   ask; `LLMUser` has an LLM play the persona.
@@ -60,11 +61,13 @@ def _perturb(arguments: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 class ReferenceAgent:
     """Plays the reference solution turn by turn; maybe with one seeded mistake."""
 
-    def __init__(self, task: SynthTask, rng: random.Random, mistake_rate: float, mistake: str | None = None):
-        """`mistake` forces one kind (tests); otherwise one is drawn with probability `mistake_rate`."""
+    def __init__(self, task: SynthTask, rng: random.Random, mistake_rate: float, mistake: str | None = None, direct: bool = False):
+        """`mistake` forces one kind (tests); otherwise one is drawn with probability `mistake_rate`.
+        `direct`: answer at once with the reference answer, calling no tool."""
         if mistake is not None and mistake not in MISTAKES:
             raise ValueError(f"unknown mistake {mistake!r}; known: {MISTAKES}")
-        self.turns = [[(c.name, dict(c.arguments)) for c in turn] for turn in task.scenario.reference_turns]
+        self.direct = direct
+        self.turns = [] if direct else [[(c.name, dict(c.arguments)) for c in turn] for turn in task.scenario.reference_turns]
         self.answer = task.scenario.reference_answer
         drawn = rng.choice(MISTAKES) if rng.random() < mistake_rate else None
         self.mistake = mistake or drawn

@@ -38,6 +38,15 @@ def test_coin_is_seeded_and_fair():
     assert positions != [correct_position(_pair(i), seed=4) for i in range(400)]
 
 
+@pytest.mark.parametrize("share", [0.2, 0.85])
+def test_a_biased_coin_puts_that_share_first_and_the_task_follows_it(share):
+    positions = [correct_position(_pair(i), seed=3, correct_at_a=share) for i in range(400)]
+    assert abs(positions.count("A") / 400 - share) < 0.07
+    tasks = [calibration_task(_pair(i), [CORRECTNESS_RUBRIC], seed=3, correct_at_a=share) for i in range(40)]
+    assert [t.answer for t in tasks] == positions[:40]
+    assert tasks[0].metadata["responses"][0 if tasks[0].answer == "A" else 1] == _pair(0).correct
+
+
 @pytest.mark.parametrize("i", range(6))
 def test_calibration_task_puts_the_correct_response_at_its_gold_position(i):
     pair = _pair(i)

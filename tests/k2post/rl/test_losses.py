@@ -7,7 +7,16 @@ import math
 import pytest
 import torch
 
-from k2post.rl.losses import IGNORE_INDEX, group_advantages, k15_loss, ptx_loss, sequence_logratio, shifted_logprobs
+from k2post.rl.losses import (
+    IGNORE_INDEX,
+    group_advantages,
+    k15_loss,
+    logits_window,
+    ptx_loss,
+    sequence_logratio,
+    shifted_logprobs,
+    tail_logprobs,
+)
 
 
 @pytest.mark.parametrize(
@@ -112,3 +121,26 @@ def test_ptx_loss_is_masked_token_nll():
     assert ptx_loss(logits, labels).item() == pytest.approx((math.log(1 + 4 * math.exp(-10)) + math.log(5)) / 2, rel=1e-5)
     with pytest.raises(ValueError, match="no trained tokens"):
         ptx_loss(logits, torch.full((1, 4), IGNORE_INDEX))
+
+
+@pytest.mark.parametrize("prompt_lens,length,window", [((3, 5), 9, 7), ((1, 1), 6, 6), ((0, 4), 6, 6), ((8, 8), 9, 2)])
+def test_logits_window_starts_at_the_position_that_predicts_the_first_trained_token(prompt_lens, length, window):
+    mask = torch.zeros(len(prompt_lens), length)
+    for row, start in enumerate(prompt_lens):
+        mask[row, start:] = 1
+    assert logits_window(mask) == window
+    assert logits_window(torch.zeros(2, 5)) == 1
+
+
+def test_tail_logprobs_equal_the_full_ones_where_anything_is_trained():
+    torch.manual_seed(1)
+    policy, ids = ToyPolicy(), torch.randint(0, 7, (4, 10))
+    mask = torch.zeros(4, 10)
+    mask[0, 6:], mask[1, 4:8], mask[2, 9:], mask[3, 5:] = 1, 1, 1, 1
+    full = shifted_logprobs(policy(ids), ids)
+    keep = logits_window(mask)
+    tail = tail_logprobs(policy(ids)[:, -keep:], ids)
+    assert keep == 7 and torch.equal(tail * mask, full * mask)
+    assert torch.equal(tail[:, 10 - keep + 1 :], full[:, 10 - keep + 1 :]) and not tail[:, : 10 - keep + 1].any()
+    with pytest.raises(ValueError, match="tail of 11 logits for 10 tokens"):
+        tail_logprobs(torch.zeros(4, 11, 7), ids)

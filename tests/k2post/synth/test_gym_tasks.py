@@ -85,7 +85,6 @@ def test_gym_tasks_draw_apart_from_the_rl_pool_seed():
     ({"env": "tool_use"}, "is multi-turn"),
     ({"env": "math", "config": {"difficulty": 9}}, "difficulty"),
     ({"env": "nope"}, "nope"),
-    ({"env": "math", "answer_templates": {"no slot": 1.0}}, "{answer}"),
     ({"env": "math", "answer_templates": {"{answer}": 0.0}}, "positive weight"),
     ({"env": "math", "answer_templates": {"{question} {answer}": 1.0}}, "unknown slot(s) ['question']"),
 ])
@@ -130,3 +129,46 @@ def test_judge_rows_carry_the_verifiers_verdict_and_wrong_verdicts_are_rejected(
         assert row["accepted"] == (verdict == row["metadata"]["gold_position"]) == (row["metadata"]["mistake"] is None)
         assert "<response_a>" in row["messages"][-2]["content"] and row["messages"][0]["role"] == "system"
     assert any(r["metadata"]["mistake"] == "wrong_verdict" for r in judges)
+
+
+def test_steps_slot_writes_the_worked_solution_and_the_verifier_reads_the_answer():
+    styles = {"\\boxed{{{answer}}}": 1.0, "{steps}. \\boxed{{{answer}}}": 1.0}
+    for env_name, config in (("math", {"difficulty": 1, "problem_types": ["add", "sub", "mul", "word"]}), ("reasoning_gym", CHAIN_SUM)):
+        cfg = GymTasksConfig(env=env_name, config=config, tasks=60, answer_templates=styles)
+        env, tasks = gym_tasks(cfg, seed=0)
+        rows = [gym_row(cfg, env, t, 0, mistake_rate=0.0) for t in tasks]
+        worked = [(r, t) for r, t in zip(rows, tasks) if r["metadata"]["template"].startswith("{steps}")]
+        assert 15 < len(worked) < 45 and all(r["accepted"] for r in rows)
+        for row, task in worked:
+            reply = row["messages"][-1]["content"]
+            assert reply == f"{env.worked_solution(task)}. \\boxed{{{task.answer}}}" and f"= {task.answer}." in reply
+
+
+def test_steps_slot_on_an_env_without_worked_solutions_is_an_error():
+    cfg = GymTasksConfig(env="reasoning_gym", config={"dataset": "spell_backward"}, tasks=3,
+                         answer_templates={"{steps}. {answer}": 1.0})
+    env, tasks = gym_tasks(cfg, seed=0)
+    with pytest.raises(ValueError, match=r"has a \{steps\} slot but 'reasoning_gym' writes no worked solution"):
+        gym_row(cfg, env, tasks[0], 0, mistake_rate=0.0)
+
+
+def test_critic_rows_judge_by_working_it_out():
+    cfg = GymTasksConfig(env="critic_calibration", tasks=40, config={"prompt_style": "compact", "sources": [
+        {"name": "math", "config": {"difficulty": 1, "problem_types": ["add", "sub", "mul", "word"]}}]},
+        answer_templates={"[[{answer}]]": 1.0, "{steps}. [[{answer}]]": 1.0})
+    env, tasks = gym_tasks(cfg, seed=0)
+    rows = [gym_row(cfg, env, t, 0, mistake_rate=0.0) for t in tasks]
+    assert all(r["accepted"] for r in rows)
+    worked = [r["messages"][-1]["content"] for r in rows if r["metadata"]["template"].startswith("{steps}")]
+    assert worked and all(". A: " in reply and reply.endswith("]]") for reply in worked)
+
+
+def test_a_fixed_reply_is_kept_only_where_the_verifier_agrees_unless_accept_at_is_lowered():
+    config = {"prompt_style": "compact", "pair_kind": "malformed"}
+    strict = GymTasksConfig(env="critic_calibration", config=config, tasks=40, answer_templates={"[[A]]": 1.0})
+    env, tasks = gym_tasks(strict, seed=0)
+    rows = [gym_row(strict, env, t, 0, mistake_rate=0.0) for t in tasks]
+    assert [r["accepted"] for r in rows] == [t.answer == "A" for t in tasks] and 0 < sum(r["accepted"] for r in rows) < 40
+    lenient = strict.model_copy(update={"accept_at": 0.0})
+    rows = [gym_row(lenient, env, t, 0, mistake_rate=0.0) for t in tasks]
+    assert all(r["accepted"] and r["messages"][-1]["content"] == "[[A]]" for r in rows)  # a position-biased teacher, unverified

@@ -91,3 +91,30 @@ def test_all_judges_needs_every_accept():
     assert AllJudges([Fixed(yes), Fixed(yes)]).judge(None, None, {}).accepted
     combined = AllJudges([Fixed(yes), Fixed(no)]).judge(None, None, {})
     assert not combined.accepted and combined.reasons == ["r"] and combined.judge == "a+b"
+
+
+def test_direct_answers_call_no_tool_and_the_answer_judge_keeps_only_right_ones():
+    from k2post.synth.judge import AnswerJudge
+    from k2post.synth.tasks import make_tasks
+
+    domain = build_domains(["calculator"])["calculator"]
+    tasks = make_tasks(domain, "train", 12, seed=1, personas=["direct"])
+    for task in tasks:
+        state = domain.new_state(task.scenario)
+        agent = ReferenceAgent(task, random.Random(task.id), 0.0, direct=True)
+        traj = run_trajectory(agent_for(domain).system_prompt, domain.tools(), agent, RuleUser(task),
+                              RuleToolSimulator(domain.toolset, state), 4)
+        assert not traj.calls and traj.final_answer == task.scenario.reference_answer
+        assert AnswerJudge().judge(task, traj, state.model_dump(mode="json")).accepted
+        assert not RubricJudge().judge(task, traj, state.model_dump(mode="json")).accepted  # the tool rubric would reject it
+        traj.messages[-1] = Message(role="assistant", content="The answer is 1.")
+        assert AnswerJudge().judge(task, traj, {}).reasons == ["answer"]
+    tool_traj, state = _play_in(domain, tasks[0])
+    assert AnswerJudge().judge(tasks[0], tool_traj, state).reasons == ["tool_called"]
+
+
+def _play_in(domain, task):
+    state = domain.new_state(task.scenario)
+    agent = ReferenceAgent(task, random.Random(task.id), 0.0)
+    traj = run_trajectory(agent_for(domain).system_prompt, domain.tools(), agent, RuleUser(task), RuleToolSimulator(domain.toolset, state), 4)
+    return traj, state.model_dump(mode="json")

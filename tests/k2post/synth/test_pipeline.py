@@ -110,3 +110,48 @@ def test_templates_focus_the_synthesis(tmp_path):
         _cfg(tmp_path, templates=["bank_nope"])
     with pytest.raises(ValueError, match=r"domains \['bank'\] have none of the listed templates"):
         _cfg(tmp_path, templates=["inventory_look_up"])
+
+
+def test_direct_answer_rate_writes_that_share_of_tool_free_answers(tmp_path):
+    cfg = _cfg(tmp_path / "out", domains=["calculator"], templates=["calc_multiply", "calc_sum"], tasks_per_domain=60,
+               heldout_tasks_per_domain=0, mistake_rate=0.0, direct_answer_rate=0.5)
+    stats = run_synth(cfg)
+    rows = _rows(tmp_path / "out" / "dataset")
+    direct = [r for r in rows if json.loads(r["metadata"])["direct"]]
+    assert stats["direct_accepted"] == len(direct) and 18 <= len(direct) <= 42 and len(rows) == 60
+    for row in rows:
+        called = any(m.get("tool_calls") for m in json.loads(row["messages"]))
+        assert called != json.loads(row["metadata"])["direct"]
+    again = run_synth(cfg.model_copy(update={"out_dir": str(tmp_path / "again")}))
+    assert again["direct_accepted"] == stats["direct_accepted"]  # seeded per task
+
+
+def test_direct_answers_only_on_the_listed_templates(tmp_path):
+    cfg = _cfg(tmp_path / "out", domains=["calculator"], templates=["calc_multiply", "calc_sum"], tasks_per_domain=40,
+               heldout_tasks_per_domain=0, mistake_rate=0.0, direct_answer_rate=1.0, direct_answer_templates=["calc_multiply"])
+    run_synth(cfg)
+    rows = [json.loads(r["metadata"]) for r in _rows(tmp_path / "out" / "dataset")]
+    assert {m["template"] for m in rows if m["direct"]} == {"calc_multiply"}
+    assert all(m["direct"] for m in rows if m["template"] == "calc_multiply")
+
+
+def test_direct_answer_templates_must_be_synthesized(tmp_path):
+    from k2post.config.loader import ConfigError, validate_config
+
+    with pytest.raises(ConfigError, match=r"direct_answer_templates \['calc_wide'\] are not synthesized templates"):
+        validate_config(SynthConfig, {"domains": ["calculator"], "templates": ["calc_sum"], "direct_answer_rate": 0.5,
+                                      "direct_answer_templates": ["calc_wide"]}, "synth.yaml")
+
+
+def test_an_environment_listed_twice_needs_a_label_and_keeps_both_entries(tmp_path):
+    from k2post.config.loader import ConfigError, validate_config
+
+    one = {"env": "math", "config": {"difficulty": 1}, "tasks": 12}
+    two = {"env": "math", "config": {"difficulty": 2}, "tasks": 8, "seed_offset": 2000}
+    with pytest.raises(ConfigError, match=r"gym_tasks must name each entry once, got \['math', 'math'\]"):
+        validate_config(SynthConfig, {"domains": [], "gym_tasks": [one, two]}, "synth.yaml")
+    cfg = SynthConfig(out_dir=str(tmp_path / "out"), domains=[], gym_tasks=[one, {**two, "label": "math_d2"}], mistake_rate=0.0)
+    stats = run_synth(cfg)
+    ids = [r["id"] for r in _rows(tmp_path / "out" / "dataset")]
+    assert stats["tasks"] == 20 and len(ids) == 20
+    assert sum(i.startswith("math/") for i in ids) == 12 and sum(i.startswith("math_d2/") for i in ids) == 8
