@@ -1,7 +1,10 @@
 """Benchmark: the critic's agreement with the verifier on held-out pairs, before and after RL with critic_calibration.
 
 Run: `python benchmarks/critic_calibration.py [--out runs/bench_critic] [--iterations 15] [--quick]
-      [--pair-kind reference|malformed] [--judge-rows N] [--drop-uniform-groups]` (repo root).
+      [--pair-kind reference|malformed] [--judge-rows N] [--drop-uniform-groups]` (repo root), or
+     `python benchmarks/critic_calibration.py --from-demo runs/demo_seeds [--seeds 0 1 2]`: the demo's own critic
+     (configs/rl_demo.yaml trains critic_calibration beside the actor's envs) per seed of benchmarks/demo_seeds.py,
+     read from the seeds' reports, with each seed's position prior; nothing is rerun.
 
 `--pair-kind reference` (default; the steps below): the judge tells a correct math answer from a wrong number.
 `--pair-kind malformed`: the judge tells a correct answer from a malformed one (no readable answer), in the compact
@@ -69,6 +72,8 @@ def synth_config(args: argparse.Namespace, out: Path) -> Path:
 
     config = yaml.safe_load((ROOT / "configs" / "synth_demo.yaml").read_text())
     config["out_dir"] = str(out / "synth")
+    # the demo's own critic rows (lazy "[[A]]" + worked verdicts) give way to this benchmark's judging rows
+    config["gym_tasks"] = [g for g in config["gym_tasks"] if g["env"] != "critic_calibration"]
     math = config["gym_tasks"][0]
     if args.quick:
         math["tasks"], config["tasks_per_domain"] = 300, 1
@@ -173,6 +178,28 @@ def print_table(before: dict[str, Any], after: dict[str, Any], curve: list[tuple
     print(f"in-loop agreement by iteration: {curve}; on-policy judge tasks harvested: {harvested}")
 
 
+def demo_figures(runs: Path, seeds: list[int]) -> dict[str, Any]:
+    """The critic's test-split agreement before/after RL and the position prior per demo_seeds seed (reports only)."""
+    import statistics
+
+    rows = []
+    for seed in seeds:
+        run = runs / f"seed{seed}"
+        report = json.loads((run / "report.json").read_text())
+        if "critic_calibration" not in report["envs"]:
+            raise SystemExit(f"{run / 'report.json'}: no critic_calibration env in this demo run")
+        pair = report["envs"]["critic_calibration"]
+        prior, _ = position_prior(run / "rl_config.yaml", pair["before"]["n"])
+        rows.append({"seed": seed, "before": pair["before"]["accuracy"], "after": pair["after"]["accuracy"], "prior": prior, "n": pair["before"]["n"]})
+    print(f"{'seed':<6}{'position prior':>16}{'before RL':>11}{'after RL':>10}{'pairs':>7}")
+    for row in rows:
+        print(f"{row['seed']:<6}{row['prior']:>16.3f}{row['before']:>11.3f}{row['after']:>10.3f}{row['n']:>7}")
+    mean = {key: statistics.fmean(row[key] for row in rows) for key in ("before", "after", "prior")}
+    return {"seeds": seeds, "agreement_before": mean["before"], "agreement_after": mean["after"], "position_prior": mean["prior"],
+            "gain_over_start_min": min(row["after"] - row["before"] for row in rows),
+            "gain_over_prior_min": min(row["after"] - row["prior"] for row in rows), "pair_kind": "malformed (demo)", "per_seed": rows}
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/bench_critic", help="work dir (the SFT model is reused when present)")
@@ -193,6 +220,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--drop-uniform-groups", action="store_true",
                         help="train only on groups whose rewards differ (loss.drop_uniform_groups, as the demo does)")
     parser.add_argument("--quick", action="store_true", help="a few-minute smoke run (tiny SFT, 2 iterations)")
+    parser.add_argument("--from-demo", type=Path, default=None, help="read the critic's figures from benchmarks/demo_seeds.py's runs (its --out)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="--from-demo: the seeds to read")
     args = parser.parse_args()
     if args.quick:
         args.iterations, args.prompts, args.k, args.pair_tasks, args.eval_n, args.eval_every = 2, 4, 4, 8, 8, 1
@@ -203,6 +232,9 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     args = parse_args()
+    if args.from_demo is not None:
+        print(json.dumps(demo_figures(args.from_demo, args.seeds)))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import yaml

@@ -38,6 +38,23 @@ def test_synth_and_rl_configs_validate(argv, tmp_path, monkeypatch):
         assert calibration.config["prompt_style"] == "compact" and rl.critic.harvest_pairs_per_group == 0 and calibration.weight == 3
         assert rl.loss.drop_uniform_groups
     else:
-        assert [g.env for g in synth.gym_tasks] == ["math", "reasoning_gym"] and synth.gym_tasks[0].judge_share == 0.3
-        assert synth.gym_tasks[0].tasks == 300 and synth.gym_tasks[1].tasks == 40 and rl.critic.harvest_pairs_per_group == 2
+        assert [g.env for g in synth.gym_tasks] == ["math", "math", "reasoning_gym"] and synth.gym_tasks[0].judge_share == 0.3
+        assert synth.gym_tasks[0].tasks == 300 and synth.gym_tasks[2].tasks == 40 and rl.critic.harvest_pairs_per_group == 2
         assert not rl.loss.drop_uniform_groups
+
+
+def test_from_demo_reads_each_seeds_critic_and_position_prior(tmp_path, capsys):
+    """--from-demo: agreement before/after from the seeds' reports; the prior from each run's test pairs."""
+    bench = _bench()
+    entry = next(e for e in yaml.safe_load((ROOT / "configs" / "rl_demo.yaml").read_text())["envs"] if e["name"] == "critic_calibration")
+    for seed, (before, after) in enumerate([(0.5, 0.9), (0.6, 0.8)]):
+        run = tmp_path / f"seed{seed}"
+        run.mkdir()
+        (run / "rl_config.yaml").write_text(yaml.safe_dump({"envs": [entry]}))
+        pair = {"before": {"accuracy": before, "n": 40}, "after": {"accuracy": after, "n": 40}}
+        (run / "report.json").write_text(__import__("json").dumps({"envs": {"critic_calibration": pair}}))
+    out = bench.demo_figures(tmp_path, [0, 1])
+    assert out["agreement_before"] == pytest.approx(0.55) and out["agreement_after"] == pytest.approx(0.85)
+    assert 0.2 < out["position_prior"] < 0.8 and out["gain_over_start_min"] == pytest.approx(0.2)
+    assert out["gain_over_prior_min"] == pytest.approx(0.8 - out["per_seed"][1]["prior"])
+    assert "position prior" in capsys.readouterr().out

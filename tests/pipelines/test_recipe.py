@@ -19,7 +19,8 @@ from proc_helpers import run_bounded
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [
     "eval_n=4",
-    "synth_overrides=[gym_tasks.0.tasks=60,gym_tasks.1.tasks=20,tasks_per_domain=3]",
+    "synth_overrides=[gym_tasks.0.tasks=60,gym_tasks.1.tasks=10,gym_tasks.2.tasks=20,gym_tasks.3.tasks=6,gym_tasks.4.tasks=6,"
+    "tasks_per_domain=3]",
     "sft_overrides=[train.max_steps=4,train.warmup_steps=1,train.eval_every=2,train.save_every=2,train.log_every=1]",
     "rl_overrides=[train.iterations=2,train.eval_every=0,train.eval_tasks_per_env=3,train.save_every=0,"
     "rollout.prompts_per_iteration=4,rollout.samples_per_prompt=2,loss.groups_per_step=2,loss.micro_batch_size=4,"
@@ -51,9 +52,9 @@ def test_recipe_chains_every_stage_reports_and_skips_on_rerun(tiny_qwen2_dir):
                      "eval/after_rl.json", "report.json", "heldout_before_after.png", "rl_config.yaml", "logs/rl.log"):
             assert (run_dir / path).exists(), path
         report = json.loads((run_dir / "report.json").read_text())
-        assert set(report["envs"]) == {"reasoning_gym", "math", "tool_use"}
+        assert set(report["envs"]) == {"reasoning_gym", "math", "tool_use", "critic_calibration"}
         assert all(pair["before"]["n"] == 4 and pair["after"]["n"] == 4 for pair in report["envs"].values())
-        assert set(report["shifted"]) == {"reasoning_gym", "math", "tool_use"} and report["seed"] == 0
+        assert set(report["shifted"]) == set(report["envs"]) and report["seed"] == 0
         assert set(report["stage_seconds"]) == {"synth", "sft", "eval_before_rl", "eval_before_rl_shifted", "rl", "eval_after_rl",
                                                 "eval_after_rl_shifted"}
         shifted = json.loads((run_dir / "eval" / "before_rl_shifted.json").read_text())
