@@ -179,7 +179,8 @@ def print_table(before: dict[str, Any], after: dict[str, Any], curve: list[tuple
 
 
 def demo_figures(runs: Path, seeds: list[int]) -> dict[str, Any]:
-    """The critic's test-split agreement before/after RL and the position prior per demo_seeds seed (reports only)."""
+    """The critic's test-split agreement before/after RL per demo_seeds seed (reports only), beside the position prior:
+    the agreement of the better constant judge (always A or always B) on that seed's test pairs."""
     import statistics
 
     rows = []
@@ -189,11 +190,12 @@ def demo_figures(runs: Path, seeds: list[int]) -> dict[str, Any]:
         if "critic_calibration" not in report["envs"]:
             raise SystemExit(f"{run / 'report.json'}: no critic_calibration env in this demo run")
         pair = report["envs"]["critic_calibration"]
-        prior, _ = position_prior(run / "rl_config.yaml", pair["before"]["n"])
-        rows.append({"seed": seed, "before": pair["before"]["accuracy"], "after": pair["after"]["accuracy"], "prior": prior, "n": pair["before"]["n"]})
-    print(f"{'seed':<6}{'position prior':>16}{'before RL':>11}{'after RL':>10}{'pairs':>7}")
+        at_a, _ = position_prior(run / "rl_config.yaml", pair["before"]["n"])
+        rows.append({"seed": seed, "before": pair["before"]["accuracy"], "after": pair["after"]["accuracy"], "at_a": at_a,
+                     "prior": max(at_a, 1 - at_a), "n": pair["before"]["n"]})
+    print(f"{'seed':<6}{'always A':>10}{'always B':>10}{'before RL':>11}{'after RL':>10}{'pairs':>7}")
     for row in rows:
-        print(f"{row['seed']:<6}{row['prior']:>16.3f}{row['before']:>11.3f}{row['after']:>10.3f}{row['n']:>7}")
+        print(f"{row['seed']:<6}{row['at_a']:>10.3f}{1 - row['at_a']:>10.3f}{row['before']:>11.3f}{row['after']:>10.3f}{row['n']:>7}")
     mean = {key: statistics.fmean(row[key] for row in rows) for key in ("before", "after", "prior")}
     return {"seeds": seeds, "agreement_before": mean["before"], "agreement_after": mean["after"], "position_prior": mean["prior"],
             "gain_over_start_min": min(row["after"] - row["before"] for row in rows),

@@ -16,9 +16,10 @@ model and before-RL evals (links) and reruns only RL + the after-RL evals with o
 A variant that changes a token budget gets its own before-RL evals (the SFT model under that budget); the others
 reuse the seed's.
 
-A variant whose overrides leave the RL config as it is (today `no_ptx`: the demo runs with `loss.ptx_coef: 0`,
-docs/LOG.md: PTX on its SFT data pulled the answer style back) is not rerun: it reports `full`'s runs and is
-marked "= full" in the table and `"same_as_full": true` in the JSON; `with_ptx` then measures what PTX does.
+A variant whose overrides leave the RL config as it is is not rerun: it reports `full`'s runs and is marked
+"= full" in the table and `"same_as_full": true` in the JSON. (Up to 8d3f3e9 the demo ran without PTX, so `no_ptx`
+was `full`; since 2026-12-05 it runs PTX on math rows, so `no_ptx` is a real variant and `with_ptx` swaps in every
+domain's rows at 0.1.)
 
 Prints, per variant, the test-split gain over the RL environments, the mean response length and the
 truncation rate after RL (mean +- std over seeds), then one JSON line {"variants": {name: {...}}, "seeds": [..]}.

@@ -146,7 +146,9 @@ class Recipe:
         """The RL config with the recipe's overrides applied (what `eval before` reads env configs and budgets from)."""
         from k2post.config.loader import dump_yaml
 
-        cfg = load_run_config(self.cfg.rl, [*self.seed_override("rl"), *self.cfg.rl_overrides, f"run_dir={self.rl}",
+        # PTX (when the RL config turns it on) reads this recipe's own SFT data; an rl_overrides entry still wins
+        ptx_data = f"loss.ptx_data={self.synth / 'dataset'}"
+        cfg = load_run_config(self.cfg.rl, [*self.seed_override("rl"), ptx_data, *self.cfg.rl_overrides, f"run_dir={self.rl}",
                                             f"model.path={self.sft / 'final'}", "model.flavor=null"], expected_kind="rl")
         path = self.run_dir / "rl_config.yaml"
         path.write_text(dump_yaml(cfg))

@@ -55,6 +55,8 @@ def test_from_demo_reads_each_seeds_critic_and_position_prior(tmp_path, capsys):
         (run / "report.json").write_text(__import__("json").dumps({"envs": {"critic_calibration": pair}}))
     out = bench.demo_figures(tmp_path, [0, 1])
     assert out["agreement_before"] == pytest.approx(0.55) and out["agreement_after"] == pytest.approx(0.85)
-    assert 0.2 < out["position_prior"] < 0.8 and out["gain_over_start_min"] == pytest.approx(0.2)
-    assert out["gain_over_prior_min"] == pytest.approx(0.8 - out["per_seed"][1]["prior"])
-    assert "position prior" in capsys.readouterr().out
+    at_a = out["per_seed"][0]["at_a"]
+    assert out["position_prior"] == pytest.approx(max(at_a, 1 - at_a)) and out["position_prior"] >= 0.5
+    assert out["gain_over_start_min"] == pytest.approx(0.2)
+    assert out["gain_over_prior_min"] == pytest.approx(0.8 - out["position_prior"])
+    assert "always B" in capsys.readouterr().out

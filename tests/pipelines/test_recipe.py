@@ -80,7 +80,8 @@ def test_recipe_seed_reaches_every_stage_config(tmp_path, seed, expected):
     overrides = [f"run_dir={tmp_path}", f"seed={'null' if seed is None else seed}"]
     recipe = Recipe(load_run_config(str(REPO / "configs" / "recipe_demo.yaml"), overrides, expected_kind="recipe"))
     assert recipe.seed_override("sft") == ([] if seed is None else [f"train.seed={seed}"])
-    assert load_run_config(str(recipe.rl_config_file()), [], expected_kind="rl").seed == expected
+    rl = load_run_config(str(recipe.rl_config_file()), [], expected_kind="rl")
+    assert rl.seed == expected and rl.loss.ptx_data == str(tmp_path / "synth" / "dataset")  # PTX reads this run's SFT data
     assert load_run_config(recipe.cfg.synth, recipe.seed_override("synth"), expected_kind="synth").seed == expected
     assert load_run_config(recipe.cfg.sft, recipe.seed_override("sft"), expected_kind="sft").train.seed == expected
     assert recipe.shifted_envs and set(recipe.shifted_envs) <= set(recipe.envs)
