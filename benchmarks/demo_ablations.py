@@ -47,7 +47,7 @@ VARIANTS: dict[str, list[str]] = {
     "no_budget": ["budget.penalty=none"],
     "no_ptx": ["loss.ptx_coef=0"],
     "no_temp_decay": ["temperature.default.kind=constant"],
-    "with_ptx": ["loss.ptx_coef=0.1", "loss.ptx_data={run_dir}/synth/dataset"],
+    "with_ptx": ["loss.ptx_coef=0.1", "loss.ptx_rows_per_step=2", "loss.ptx_domains=[]", "loss.ptx_data={run_dir}/synth/dataset"],
     "tight_budget": [f"budget.default_max_tokens={TIGHT_BUDGET}"],
 }
 SHARED = ("model", "synth", "sft")  # reused by every variant of a seed
