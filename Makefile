@@ -10,7 +10,7 @@ PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 STAMP := $(VENV)/.k2post-setup-$(PYPROJECT_HASH)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo smoke clean-venv
+.PHONY: setup lint format test test-fast demo smoke clean-venv
 
 setup: $(STAMP)
 
@@ -26,7 +26,16 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.k2post-setup-*
 	@touch $(STAMP)
 
-test: setup
+# ruff (pyproject.toml [tool.ruff]: line length 120, E/F/W): part of `make test`, so CI fails on a lint error.
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: setup

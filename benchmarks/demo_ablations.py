@@ -47,7 +47,12 @@ VARIANTS: dict[str, list[str]] = {
     "no_budget": ["budget.penalty=none"],
     "no_ptx": ["loss.ptx_coef=0"],
     "no_temp_decay": ["temperature.default.kind=constant"],
-    "with_ptx": ["loss.ptx_coef=0.1", "loss.ptx_rows_per_step=2", "loss.ptx_domains=[]", "loss.ptx_data={run_dir}/synth/dataset"],
+    "with_ptx": [
+        "loss.ptx_coef=0.1",
+        "loss.ptx_rows_per_step=2",
+        "loss.ptx_domains=[]",
+        "loss.ptx_data={run_dir}/synth/dataset",
+    ],
     "tight_budget": [f"budget.default_max_tokens={TIGHT_BUDGET}"],
 }
 SHARED = ("model", "synth", "sft")  # reused by every variant of a seed
@@ -87,8 +92,16 @@ def run_variant(config: str, seed: int, out: Path, name: str) -> dict[str, Any]:
             for before in (base / "eval").glob("before_rl*.json"):
                 (run_dir / "eval" / before.name).write_text(before.read_text())
         rl = ",".join(overrides_of(name, run_dir))
-        cmd = [sys.executable, "-m", "pipelines.recipe", config, f"seed={seed}", f"run_dir={run_dir}",
-               f"model.path={run_dir / 'model'}", f"rl_overrides=[{rl}]"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines.recipe",
+            config,
+            f"seed={seed}",
+            f"run_dir={run_dir}",
+            f"model.path={run_dir / 'model'}",
+            f"rl_overrides=[{rl}]",
+        ]
         if subprocess.run(cmd, cwd=ROOT).returncode != 0:
             raise SystemExit(f"demo_ablations: {name} seed {seed} failed; logs in {run_dir / 'logs'}")
     return json.loads(report.read_text())
@@ -104,10 +117,13 @@ def summarize(reports: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, f
     out = {}
     for name, per_seed in reports.items():
         gain_mean, gain_std = mean_std([mean_gain(r, "envs") for r in per_seed])
-        out[name] = {"gain_mean": gain_mean, "gain_std": gain_std,
-                     "shifted_gain_mean": statistics.fmean(mean_gain(r, "shifted") or 0.0 for r in per_seed),
-                     "response_tokens_after": statistics.fmean(after_stat(r, "response_tokens_mean") for r in per_seed),
-                     "truncation_after": statistics.fmean(after_stat(r, "truncation_rate") for r in per_seed)}
+        out[name] = {
+            "gain_mean": gain_mean,
+            "gain_std": gain_std,
+            "shifted_gain_mean": statistics.fmean(mean_gain(r, "shifted") or 0.0 for r in per_seed),
+            "response_tokens_after": statistics.fmean(after_stat(r, "response_tokens_mean") for r in per_seed),
+            "truncation_after": statistics.fmean(after_stat(r, "truncation_rate") for r in per_seed),
+        }
     return out
 
 
@@ -124,11 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     figures = summarize(reports)
     for name in figures:
         figures[name]["same_as_full"] = name != "full" and same_as_full(args.config, name)
-    print(f"{'variant':<15} {'test gain (mean +- std)':>24} {'shifted gain':>13} {'resp. tokens':>13} {'truncated':>10}")
+    print(
+        f"{'variant':<15} {'test gain (mean +- std)':>24} {'shifted gain':>13} {'resp. tokens':>13} {'truncated':>10}"
+    )
     for name, row in figures.items():
         label = f"{name} (= full)" if row["same_as_full"] else name
-        print(f"{label:<15} {row['gain_mean']:>+14.3f} +- {row['gain_std']:.3f} {row['shifted_gain_mean']:>+13.3f} "
-              f"{row['response_tokens_after']:>13.1f} {row['truncation_after']:>10.3f}")
+        print(
+            f"{label:<15} {row['gain_mean']:>+14.3f} +- {row['gain_std']:.3f} {row['shifted_gain_mean']:>+13.3f} "
+            f"{row['response_tokens_after']:>13.1f} {row['truncation_after']:>10.3f}"
+        )
     print(json.dumps({"seeds": args.seeds, "variants": figures}))
     return 0
 

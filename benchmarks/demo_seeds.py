@@ -8,7 +8,8 @@ seed's report is reused (delete its folder to redo it); `--summarize-only` reads
 Prints per seed and environment the test-split accuracy before and after RL (and the shifted sets'), then the
 mean +- std over seeds, and one JSON line:
 {"seeds": [..], "gain_mean": .., "gain_std": .., "gain_min": .., "shifted_gain_mean": .., "tool_sft_acc": ..,
- "tool_gain_mean": .., "critic_agreement_before": .., "critic_agreement_after": .., "test_tasks_min": .., "demo_minutes": ..}
+ "tool_gain_mean": .., "critic_agreement_before": .., "critic_agreement_after": .., "test_tasks_min": ..,
+ "demo_minutes": ..}
 `gain_*` is the gain of the mean over the RL environments (test split); `gain_min` the worst seed's.
 """
 
@@ -32,10 +33,21 @@ def run_seed(config: str, seed: int, out: Path, extra: list[str]) -> dict[str, A
     """The recipe for one seed (skipped when its report exists); returns its report.json."""
     report = out / f"seed{seed}" / "report.json"
     if not report.is_file():
-        cmd = [sys.executable, "-m", "pipelines.recipe", config, f"seed={seed}", f"run_dir={out / f'seed{seed}'}", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines.recipe",
+            config,
+            f"seed={seed}",
+            f"run_dir={out / f'seed{seed}'}",
+            *extra,
+        ]
         done = subprocess.run(cmd, cwd=ROOT)
         if done.returncode != 0:
-            raise SystemExit(f"demo_seeds: seed {seed}: recipe failed (exit {done.returncode}); logs in {out / f'seed{seed}' / 'logs'}")
+            raise SystemExit(
+                f"demo_seeds: seed {seed}: recipe failed (exit {done.returncode}); "
+                f"logs in {out / f'seed{seed}' / 'logs'}"
+            )
     return json.loads(report.read_text())
 
 
@@ -64,11 +76,19 @@ def summarize(seeds: list[int], reports: list[dict[str, Any]]) -> dict[str, Any]
     gains = [mean_gain(r, "envs") for r in reports]
     shifted = [g for g in (mean_gain(r, "shifted") for r in reports) if g is not None]
     tool, critic = first_env(reports[0], TOOL_ENVS), CRITIC_ENV if CRITIC_ENV in reports[0]["envs"] else None
-    out = {"seeds": seeds, "gain_mean": mean_std(gains)[0], "gain_std": mean_std(gains)[1], "gain_min": min(gains),
-           "shifted_gain_mean": statistics.fmean(shifted) if shifted else None,
-           "tool_sft_acc": None, "tool_gain_mean": None, "critic_agreement_before": None, "critic_agreement_after": None,
-           "test_tasks_min": min(pair["before"]["n"] for r in reports for pair in r["envs"].values()),
-           "demo_minutes": statistics.fmean(r["wall_s"] for r in reports) / 60}
+    out = {
+        "seeds": seeds,
+        "gain_mean": mean_std(gains)[0],
+        "gain_std": mean_std(gains)[1],
+        "gain_min": min(gains),
+        "shifted_gain_mean": statistics.fmean(shifted) if shifted else None,
+        "tool_sft_acc": None,
+        "tool_gain_mean": None,
+        "critic_agreement_before": None,
+        "critic_agreement_after": None,
+        "test_tasks_min": min(pair["before"]["n"] for r in reports for pair in r["envs"].values()),
+        "demo_minutes": statistics.fmean(r["wall_s"] for r in reports) / 60,
+    }
     if tool:
         out["tool_sft_acc"] = statistics.fmean(r["envs"][tool]["before"]["accuracy"] for r in reports)
         out["tool_gain_mean"] = statistics.fmean(env_gain(r, "envs", tool) for r in reports)
@@ -89,7 +109,10 @@ def print_table(seeds: list[int], reports: list[dict[str, Any]], figures: dict[s
     table.add_column("gain mean +- std", justify="right")
     for section, mark in (("envs", ""), ("shifted", "*")):
         for name in reports[0].get(section) or {}:
-            cells = [f"{r[section][name]['before']['accuracy']:.3f} -> {r[section][name]['after']['accuracy']:.3f}" for r in reports]
+            cells = [
+                f"{r[section][name]['before']['accuracy']:.3f} -> {r[section][name]['after']['accuracy']:.3f}"
+                for r in reports
+            ]
             m, s = mean_std([env_gain(r, section, name) for r in reports])
             table.add_row(f"{name}{mark}", *cells, f"{m:+.3f} +- {s:.3f}")
     m, s = figures["gain_mean"], figures["gain_std"]

@@ -89,7 +89,9 @@ def train(args: argparse.Namespace, clip: bool, batches: list[torch.Tensor]) -> 
     from k2post.optim.muon import build_optimizer
 
     model = build_lm(args.model, args.vocab, args.seed)
-    cfg = OptimConfig(lr=args.lr, weight_decay=args.weight_decay, qk_clip=QKClipConfig(enabled=clip, tau=args.tau))
+    cfg = OptimConfig(
+        lr=args.lr, weight_decay=args.weight_decay, qk_clip=QKClipConfig(enabled=clip, logit_threshold=args.tau)
+    )
     optimizer = build_optimizer(model, cfg)
     qk_clip = QKClip(model, cfg.qk_clip) if clip else None
     recorder = None if clip else MaxLogitRecorder().attach(model)  # baseline: record only
@@ -108,8 +110,11 @@ def train(args: argparse.Namespace, clip: bool, batches: list[torch.Tensor]) -> 
         hist["loss"].append(loss.item())
         hist["num_clipped"].append(stats.num_clipped if clip else 0)
         if step % 25 == 0 or step == len(batches) - 1:
-            print(f"  [{'muonclip' if clip else 'muon'}] step {step:4d} loss {loss.item():.4f} "
-                  f"max_logit {stats.max_logit:8.2f} clipped {stats.num_clipped}/{stats.num_heads}", flush=True)
+            print(
+                f"  [{'muonclip' if clip else 'muon'}] step {step:4d} loss {loss.item():.4f} "
+                f"max_logit {stats.max_logit:8.2f} clipped {stats.num_clipped}/{stats.num_heads}",
+                flush=True,
+            )
     (qk_clip.close() if qk_clip is not None else recorder.detach())
     return hist
 
@@ -125,8 +130,11 @@ def plot(muon: dict, muonclip: dict, tau: float, path: Path) -> None:
     ax1.plot(muon["max_logit"], label="Muon (no clip)", color="tab:red")
     ax1.plot(muonclip["max_logit"], label="MuonClip", color="tab:blue")
     ax1.axhline(tau, color="black", linestyle="--", linewidth=1, label=f"tau = {tau:g}")
-    ax1.set(xlabel="step", ylabel="max attention logit (all layers, heads)",
-            title="Max pre-softmax logit (each step's forward, before its clip)")
+    ax1.set(
+        xlabel="step",
+        ylabel="max attention logit (all layers, heads)",
+        title="Max pre-softmax logit (each step's forward, before its clip)",
+    )
     ax1.legend()
     ax1.grid(alpha=0.3)
     ax2.plot(muon["loss"], label="Muon (no clip)", color="tab:red", alpha=0.8)
@@ -161,10 +169,14 @@ def stress(args: argparse.Namespace) -> dict:
     print(f"\n{'run':<10} {'peak max logit':>15} {'final loss':>11} {'mean loss last 20':>18} {'steps clipped':>14}")
     for name, hist in runs.items():
         clipped = sum(1 for n in hist["num_clipped"] if n)
-        print(f"{name:<10} {max(hist['max_logit']):>15.2f} {hist['loss'][-1]:>11.4f} "
-              f"{statistics.mean(hist['loss'][-20:]):>18.4f} {clipped:>14d}")
-    print(f"tau = {args.tau:g}, {args.steps} steps, lr {args.lr:g}, wd {args.weight_decay:g}, "
-          f"model {args.model}, {elapsed:.0f} s total; plot: {png}")
+        print(
+            f"{name:<10} {max(hist['max_logit']):>15.2f} {hist['loss'][-1]:>11.4f} "
+            f"{statistics.mean(hist['loss'][-20:]):>18.4f} {clipped:>14d}"
+        )
+    print(
+        f"tau = {args.tau:g}, {args.steps} steps, lr {args.lr:g}, wd {args.weight_decay:g}, "
+        f"model {args.model}, {elapsed:.0f} s total; plot: {png}"
+    )
     return {
         "muon_peak_logit": round(max(runs["muon"]["max_logit"]), 3),
         "muonclip_peak_logit": round(max(runs["muonclip"]["max_logit"]), 3),
@@ -174,7 +186,10 @@ def stress(args: argparse.Namespace) -> dict:
         "muon_mean_loss_last20": round(statistics.mean(runs["muon"]["loss"][-20:]), 4),
         "muonclip_mean_loss_last20": round(statistics.mean(runs["muonclip"]["loss"][-20:]), 4),
         "muonclip_steps_with_clipping": sum(1 for n in runs["muonclip"]["num_clipped"] if n),
-        "steps": args.steps, "lr": args.lr, "model": args.model, "png": str(png),
+        "steps": args.steps,
+        "lr": args.lr,
+        "model": args.model,
+        "png": str(png),
     }
 
 
@@ -223,8 +238,10 @@ def measure_cost(args: argparse.Namespace, repeats: int = 11) -> dict:
         q, k = torch.randn(8, heads, 256, dim), torch.randn(8, kv_heads, 256, dim)
         per_call = min(_times(lambda: per_head_max_logit(q, k, None, dim**-0.5, True), repeats))
         result[f"{flavor}/recorder_ms_per_layer"] = round(1e3 * per_call, 2)
-    print(f"{'model':<11} {'pass':<8} {'sdpa ms (min)':>14} {'recording ms (min)':>19} "
-          f"{'overhead min':>13} {'overhead median':>16}")
+    print(
+        f"{'model':<11} {'pass':<8} {'sdpa ms (min)':>14} {'recording ms (min)':>19} "
+        f"{'overhead min':>13} {'overhead median':>16}"
+    )
     for flavor, mode, plain, recorded, best, med in rows:
         print(f"{flavor:<11} {mode:<8} {1e3 * plain:>14.1f} {1e3 * recorded:>19.1f} {best:>12.1f}% {med:>15.1f}%")
     for flavor in ("tiny-qwen2", "tiny-k2"):

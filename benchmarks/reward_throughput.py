@@ -103,13 +103,20 @@ def main() -> None:
     pool_s, pooled, ready_s = time_pool(items, args.workers)
     assert [r.value for r in direct] == [r.value for r in pooled], "pool and direct rewards differ"
     rows = [("direct (in-process)", 0, direct_s), (f"RewardPool ({args.workers} workers)", args.workers, pool_s)]
-    print(f"env={env_name} n={n} cpus={os.cpu_count()} mean reward={sum(r.value for r in direct) / n:.3f} "
-          f"pool start+warm-up={ready_s:.2f}s errors={sum(r.error is not None for r in pooled)}")
+    print(
+        f"env={env_name} n={n} cpus={os.cpu_count()} mean reward={sum(r.value for r in direct) / n:.3f} "
+        f"pool start+warm-up={ready_s:.2f}s errors={sum(r.error is not None for r in pooled)}"
+    )
     print(f"{'path':<26}{'seconds':>10}{'scores/s':>12}{'ms/score':>10}")
     for label, _, seconds in rows:
         print(f"{label:<26}{seconds:>10.3f}{n / seconds:>12.1f}{1000 * seconds / n:>10.2f}")
-    figures = {"direct_scores_per_s": round(n / direct_s, 1), "pool_scores_per_s": round(n / pool_s, 1),
-               "workers": args.workers, "n": n, "env": env_name}
+    figures = {
+        "direct_scores_per_s": round(n / direct_s, 1),
+        "pool_scores_per_s": round(n / pool_s, 1),
+        "workers": args.workers,
+        "n": n,
+        "env": env_name,
+    }
     print(json.dumps(figures))
 
 

@@ -1,6 +1,9 @@
 """Benchmark: k2post RL (vLLM rollouts, DeepSpeed + MuonClip trainer, Ray) vs TRL's GRPOTrainer, both on this CPU.
 
-Run: `python benchmarks/rl_vs_trl.py [--sft-model runs/demo/sft/final] [--iterations 20] [--quick]` (repo root).
+Run: `python benchmarks/rl_vs_trl.py [--sft-model runs/demo/sft/final] [--iterations 20] [--quick | --smoke]`
+(repo root). `--quick`: 2 iterations of 4 prompts x 4, eval on 8 tasks. `--smoke`: the least run through every step
+(a 2-step SFT start when it is built here, 1 iteration of 2 prompts x 2, eval on 4 tasks): the test suite's check that
+the script runs end to end and ends with its JSON line; its figures mean nothing.
 
 Same tiny model and SFT start (the demo's: `--sft-model`, else built here with configs/synth_demo.yaml +
 configs/sft_demo.yaml), same task (reasoning-gym chain_sum, which the SFT model mostly answers in a style the env
@@ -37,7 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
+CHAIN_SUM = {
+    "dataset": "chain_sum",
+    "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+}
 MAX_TOKENS = 32
 EVAL_SECONDS = ("time/eval_s",)
 
@@ -45,7 +51,9 @@ EVAL_SECONDS = ("time/eval_s",)
 def cli(*args: str, log: Path) -> None:
     """Run a `k2post` command; its output goes to `log`; a failure stops the benchmark with the log's tail."""
     with open(log, "w") as handle:
-        done = subprocess.run([sys.executable, "-m", "k2post.cli", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [sys.executable, "-m", "k2post.cli", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT
+        )
     if done.returncode != 0:
         raise SystemExit(f"k2post {args[0]} failed (exit {done.returncode}):\n{log.read_text()[-3000:]}")
 
@@ -61,27 +69,54 @@ def ensure_sft_model(args: argparse.Namespace, out: Path) -> Path:
         if not is_model_dir(model):
             cli("model", "init", "--flavor", "tiny-qwen2", "--out", str(model), log=out / "model.log")
         quick = ["gym_tasks.0.tasks=200", "gym_tasks.1.tasks=40", "tasks_per_domain=2"] if args.quick else []
-        cli("synth", "configs/synth_demo.yaml", f"out_dir={synth}", *quick, log=out / "synth.log")
         steps = ["train.max_steps=20"] if args.quick else []
-        cli("sft", "configs/sft_demo.yaml", f"run_dir={sft}", f"model.path={model}", "model.flavor=null",
-            f"data.path={synth / 'dataset'}", *steps, log=out / "sft.log")
+        if args.smoke:  # every gym's rows, a handful each; SFT: no warm-up, no eval before the first step
+            quick = ["gym_tasks.0.tasks=40", *(f"gym_tasks.{i}.tasks=8" for i in range(1, 5)), "tasks_per_domain=1"]
+            steps = ["train.max_steps=2", "schedule.warmup_steps=0", "train.eval_at_start=false"]
+        cli("synth", "configs/synth_demo.yaml", f"out_dir={synth}", *quick, log=out / "synth.log")
+        cli(
+            "sft",
+            "configs/sft_demo.yaml",
+            f"run_dir={sft}",
+            f"model.path={model}",
+            "model.flavor=null",
+            f"data.path={synth / 'dataset'}",
+            *steps,
+            log=out / "sft.log",
+        )
     return sft / "final"
 
 
 def rl_config(args: argparse.Namespace, model: Path, run_dir: Path) -> dict[str, Any]:
     return {
-        "kind": "rl", "run_dir": str(run_dir), "seed": args.seed, "model": {"path": str(model), "flavor": None},
+        "kind": "rl",
+        "run_dir": str(run_dir),
+        "seed": args.seed,
+        "model": {"path": str(model), "flavor": None},
         "envs": [{"name": "reasoning_gym", "config": CHAIN_SUM}],
-        "rollout": {"prompts_per_iteration": args.prompts, "samples_per_prompt": args.k, "sleep_during_training": False,
-                    "engine": {"dtype": "float32", "max_model_len": 512, "max_num_seqs": 256, "kv_cache_gib": 0.5},
-                    "agentic": {"max_turns": 1, "max_turn_tokens": MAX_TOKENS, "max_episode_tokens": MAX_TOKENS}},
-        "loss": {"tau": 0.1, "groups_per_step": args.prompts // 2, "micro_batch_size": min(16, args.prompts // 2 * args.k),
-                 "max_steps_per_iteration": 2},
+        "rollout": {
+            "prompts_per_iteration": args.prompts,
+            "samples_per_prompt": args.k,
+            "sleep_during_training": False,
+            "engine": {"dtype": "float32", "max_model_len": 512, "max_num_seqs": 256, "kv_cache_gib": 0.5},
+            "agentic": {"max_turns": 1, "max_turn_tokens": MAX_TOKENS, "max_episode_tokens": MAX_TOKENS},
+        },
+        "loss": {
+            "tau": 0.1,
+            "groups_per_step": args.prompts // 2,
+            "micro_batch_size": min(16, args.prompts // 2 * args.k),
+            "max_steps_per_iteration": 2,
+        },
         "optim": {"lr": args.k2post_lr, "weight_decay": 0.0},
         "budget": {"default_max_tokens": MAX_TOKENS, "penalty": "replace"},
         "temperature": {"default": {"kind": "constant", "start": 1.0, "end": 1.0}},
-        "train": {"iterations": args.iterations, "prompt_pool_per_env": args.pool, "eval_every": args.eval_every,
-                  "eval_tasks_per_env": args.eval_n, "save_every": 0, "keep_checkpoints": 1},
+        "train": {
+            "iterations": args.iterations,
+            "prompt_pool_per_env": args.pool,
+            "eval_every": args.eval_every,
+            "eval_tasks_per_env": args.eval_n,
+        },
+        "checkpoint": {"every": 0, "keep": 1},
         "ray": {"num_cpus": 2, "cpus_per_bundle": 2},
     }
 
@@ -104,8 +139,11 @@ def run_k2post(args: argparse.Namespace, model: Path, out: Path) -> tuple[list[t
     wall = time.perf_counter() - started
     points, clock = [], 0.0
     for row in read_metrics(run_dir / "metrics.jsonl"):
-        clock += sum(v for k, v in row.items() if k.startswith("time/") and k.endswith("_s") and k not in EVAL_SECONDS
-                     and k != "time/trainer_step_s")
+        clock += sum(
+            v
+            for k, v in row.items()
+            if k.startswith("time/") and k.endswith("_s") and k not in EVAL_SECONDS and k != "time/trainer_step_s"
+        )
         if "eval/mean_accuracy" in row:
             points.append((round(clock, 2), row["eval/reasoning_gym/accuracy"]))
     return points, wall, config
@@ -119,8 +157,12 @@ def trl_dataset(args: argparse.Namespace):
 
     env = EnvEntryConfig(name="reasoning_gym", config=CHAIN_SUM).make()
     tasks = list(env.tasks("train", seed=args.seed, n=args.pool))
-    return Dataset.from_dict({"prompt": [[{"role": m.role, "content": m.content} for m in t.messages] for t in tasks],
-                              "task": [t.model_dump_json() for t in tasks]}), env
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": m.role, "content": m.content} for m in t.messages] for t in tasks],
+            "task": [t.model_dump_json() for t in tasks],
+        }
+    ), env
 
 
 def make_reward(env):
@@ -133,8 +175,11 @@ def make_reward(env):
     return chain_sum_reward
 
 
-def run_trl(args: argparse.Namespace, model: Path, out: Path, lr: float) -> tuple[list[tuple[float, Path]], float, float]:
-    """(loop seconds, saved model dir) every eval_every steps (step 0 = the start), TRL's loop seconds, setup seconds."""
+def run_trl(
+    args: argparse.Namespace, model: Path, out: Path, lr: float
+) -> tuple[list[tuple[float, Path]], float, float]:
+    """(loop seconds, saved model dir) every eval_every steps (step 0 = the start), TRL's loop seconds, setup
+    seconds."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -143,10 +188,26 @@ def run_trl(args: argparse.Namespace, model: Path, out: Path, lr: float) -> tupl
     tokenizer = AutoTokenizer.from_pretrained(model)
     policy = AutoModelForCausalLM.from_pretrained(model, dtype="float32")
     config = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=args.k * 2, gradient_accumulation_steps=args.prompts // 2,
-        num_generations=args.k, max_completion_length=MAX_TOKENS, learning_rate=lr, beta=0.0, temperature=1.0,
-        max_steps=args.iterations, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False,
-        seed=args.seed, lr_scheduler_type="constant", warmup_steps=0, disable_tqdm=True, dataloader_num_workers=0)
+        output_dir=str(out),
+        per_device_train_batch_size=args.k * 2,
+        gradient_accumulation_steps=args.prompts // 2,
+        num_generations=args.k,
+        max_completion_length=MAX_TOKENS,
+        learning_rate=lr,
+        beta=0.0,
+        temperature=1.0,
+        max_steps=args.iterations,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=args.seed,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
     saved: list[tuple[float, Path]] = []
 
     class SaveEvery(TrainerCallback):
@@ -168,8 +229,14 @@ def run_trl(args: argparse.Namespace, model: Path, out: Path, lr: float) -> tupl
                 self.paused += time.perf_counter() - pause
 
     callback = SaveEvery()
-    trainer = GRPOTrainer(model=policy, reward_funcs=make_reward(env), args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[callback])
+    trainer = GRPOTrainer(
+        model=policy,
+        reward_funcs=make_reward(env),
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[callback],
+    )
     setup_s = time.perf_counter() - setup_started
     trainer.train()
     loop_s = time.perf_counter() - callback.started - callback.paused
@@ -179,8 +246,21 @@ def run_trl(args: argparse.Namespace, model: Path, out: Path, lr: float) -> tupl
 def eval_model(model_dir: Path, rl_config_file: Path, args: argparse.Namespace, report: Path) -> float:
     """Held-out accuracy with `k2post eval` (k2post's in-loop eval's tasks, budget and scorer)."""
     report.parent.mkdir(parents=True, exist_ok=True)
-    cli("eval", str(model_dir), "--env", "reasoning_gym", "--env-config", str(rl_config_file), "--n", str(args.eval_n),
-        "--seed", str(args.seed), "--out", str(report), log=report.with_suffix(".log"))
+    cli(
+        "eval",
+        str(model_dir),
+        "--env",
+        "reasoning_gym",
+        "--env-config",
+        str(rl_config_file),
+        "--n",
+        str(args.eval_n),
+        "--seed",
+        str(args.seed),
+        "--out",
+        str(report),
+        log=report.with_suffix(".log"),
+    )
     return json.loads(report.read_text())["envs"]["reasoning_gym"]["accuracy"]
 
 
@@ -192,8 +272,10 @@ def run_trl_sweep(args: argparse.Namespace, model: Path, out: Path, config: Path
         final = eval_model(saved[-1][1], config, args, out / f"trl_lr{lr:g}" / "eval_final.json")
         runs.append({"lr": lr, "saved": saved, "loop_s": loop_s, "setup_s": setup_s, "final_acc": final})
     best = max(runs, key=lambda r: (r["final_acc"], -r["loop_s"]))
-    best["curve"] = [(seconds, eval_model(path, config, args, out / "trl_curve" / f"{i}.json"))
-                     for i, (seconds, path) in enumerate(best["saved"][:-1])] + [(best["saved"][-1][0], best["final_acc"])]
+    best["curve"] = [
+        (seconds, eval_model(path, config, args, out / "trl_curve" / f"{i}.json"))
+        for i, (seconds, path) in enumerate(best["saved"][:-1])
+    ] + [(best["saved"][-1][0], best["final_acc"])]
     return {"best": best, "finals": {f"{r['lr']:g}": r["final_acc"] for r in runs}}
 
 
@@ -219,12 +301,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-n", type=int, default=128, help="held-out tasks")
     parser.add_argument("--eval-every", type=int, default=4, help="iterations / steps between evaluations")
     parser.add_argument("--k2post-lr", type=float, default=2e-4, help="MuonClip lr of k2post")
-    parser.add_argument("--trl-lrs", type=lambda text: [float(v) for v in text.split(",")], default=[1e-4, 3e-4, 1e-3],
-                        help="AdamW lrs tried for TRL (comma-separated); the best final accuracy is the reference")
+    parser.add_argument(
+        "--trl-lrs",
+        type=lambda text: [float(v) for v in text.split(",")],
+        default=[1e-4, 3e-4, 1e-3],
+        help="AdamW lrs tried for TRL (comma-separated); the best final accuracy is the reference",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="2 iterations of 4 prompts x 4, eval on 8 tasks (smoke test)")
+    parser.add_argument(
+        "--quick", action="store_true", help="2 iterations of 4 prompts x 4, eval on 8 tasks (a short run)"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 iteration of 2 prompts x 2, eval on 4 tasks (the test suite's run)"
+    )
     args = parser.parse_args()
-    if args.quick:
+    if args.smoke:
+        args.iterations, args.prompts, args.k, args.pool, args.eval_n, args.eval_every = 1, 2, 2, 8, 4, 1
+        args.trl_lrs = args.trl_lrs[:1]
+    elif args.quick:
         args.iterations, args.prompts, args.k, args.pool, args.eval_n, args.eval_every = 2, 4, 4, 32, 8, 1
         args.trl_lrs = args.trl_lrs[:1]
     return args
@@ -245,12 +339,24 @@ def main() -> None:
     print(f"TRL lr sweep (final held-out accuracy): {sweep['finals']} -> reference lr {best['lr']:g}")
     trl_final = trl_points[-1][1]
     reach = seconds_to_reach(k2_points, trl_final)
-    figures = {"k2post_final_acc": k2_points[-1][1], "trl_final_acc": trl_final, "k2post_s_to_trl_acc": reach,
-               "trl_s": round(trl_s, 2), "time_ratio": round(reach / trl_s, 3) if reach is not None and trl_s > 0 else None,
-               "k2post_loop_s": k2_points[-1][0], "k2post_wall_s": round(k2_wall, 1), "trl_setup_s": round(best["setup_s"], 1),
-               "trl_lr": best["lr"], "trl_lr_sweep": sweep["finals"], "start_acc": k2_points[0][1],
-               "iterations": args.iterations, "prompts": args.prompts, "k": args.k,
-               "k2post_curve": k2_points, "trl_curve": trl_points}
+    figures = {
+        "k2post_final_acc": k2_points[-1][1],
+        "trl_final_acc": trl_final,
+        "k2post_s_to_trl_acc": reach,
+        "trl_s": round(trl_s, 2),
+        "time_ratio": round(reach / trl_s, 3) if reach is not None and trl_s > 0 else None,
+        "k2post_loop_s": k2_points[-1][0],
+        "k2post_wall_s": round(k2_wall, 1),
+        "trl_setup_s": round(best["setup_s"], 1),
+        "trl_lr": best["lr"],
+        "trl_lr_sweep": sweep["finals"],
+        "start_acc": k2_points[0][1],
+        "iterations": args.iterations,
+        "prompts": args.prompts,
+        "k": args.k,
+        "k2post_curve": k2_points,
+        "trl_curve": trl_points,
+    }
     print(json.dumps(figures))
 
 

@@ -1,7 +1,8 @@
 """Benchmark: vLLM rollout engine vs transformers `generate`, and weight push vs engine rebuild.
 
-Run: `python benchmarks/rollout.py [--flavor tiny-qwen2] [--sizes 64x64,128x128] [--repeats 3] [--quick]`
-(from the repo root; `--quick` = 8 prompts x 16 tokens, 1 repeat, for smoke tests).
+Run: `python benchmarks/rollout.py [--flavor tiny-qwen2] [--sizes 64x64,128x128] [--repeats 3] [--quick | --smoke]`
+(from the repo root; `--quick` = 8 prompts x 16 tokens, 1 repeat; `--smoke` = 2 prompts x 4 tokens, 1 repeat: the
+test suite's check that every step runs, its figures mean nothing).
 
 Same model, same prompts (chat-rendered, 9-30 tokens), greedy, exactly N new tokens each (vLLM
 `ignore_eos`, transformers `min_new_tokens`), per size PROMPTSxTOKENS:
@@ -44,8 +45,12 @@ def chat_prompts(tokenizer, n: int) -> list[list[int]]:
     from k2post.chat.types import Message
 
     topics = ["add", "sort", "explain", "translate", "summarize", "list", "count", "name"]
-    texts = [f"Please {topics[i % len(topics)]} item {i}: {' '.join(str(j) for j in range(i % 7 + 1))}" for i in range(n)]
-    return [render_ids(tokenizer, [Message(role="user", content=t)], add_generation_prompt=True).input_ids for t in texts]
+    texts = [
+        f"Please {topics[i % len(topics)]} item {i}: {' '.join(str(j) for j in range(i % 7 + 1))}" for i in range(n)
+    ]
+    return [
+        render_ids(tokenizer, [Message(role="user", content=t)], add_generation_prompt=True).input_ids for t in texts
+    ]
 
 
 @torch.no_grad()
@@ -56,7 +61,12 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> 
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     out = model.generate(
-        ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=pad
+        ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=pad,
     )
     return int((out.shape[1] - width) * out.shape[0])
 
@@ -146,8 +156,12 @@ def run(args: argparse.Namespace) -> dict:
     rebuild_ms = measure_rebuild(model_dir, cfg, named, args.repeats)
     headline = next(iter(by_size.values()))
     return {
-        "flavor": args.flavor, "size": next(iter(by_size)), **headline,
-        "push_ms": round(push_ms, 2), "rebuild_ms": round(rebuild_ms, 1), "push_mode": mode,
+        "flavor": args.flavor,
+        "size": next(iter(by_size)),
+        **headline,
+        "push_ms": round(push_ms, 2),
+        "rebuild_ms": round(rebuild_ms, 1),
+        "push_mode": mode,
         "rebuild_over_push": round(rebuild_ms / push_ms, 1),
         "weights_mb": round(sum(t.numel() * t.element_size() for _, t in named) / 1e6, 2),
         "by_size": by_size,
@@ -156,10 +170,16 @@ def run(args: argparse.Namespace) -> dict:
 
 def print_table(r: dict) -> None:
     print(f"\n{r['flavor']}, greedy, fp32, per-token log-probs on, {r['weights_mb']} MB of weights\n")
-    print("| prompts x new tokens | vLLM tok/s (ids) | vLLM tok/s (+ text) | transformers tok/s | speedup (ids) | speedup (+ text) |")
+    print(
+        "| prompts x new tokens | vLLM tok/s (ids) | vLLM tok/s (+ text) | transformers tok/s | speedup (ids) "
+        "| speedup (+ text) |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for size, f in r["by_size"].items():
-        print(f"| {size} | {f['vllm_tok_s']:.0f} | {f['vllm_text_tok_s']:.0f} | {f['hf_tok_s']:.0f} | **{f['speedup']}x** | {f['speedup_with_text']}x |")
+        print(
+            f"| {size} | {f['vllm_tok_s']:.0f} | {f['vllm_text_tok_s']:.0f} | {f['hf_tok_s']:.0f} "
+            f"| **{f['speedup']}x** | {f['speedup_with_text']}x |"
+        )
     print("\n| weight update | ms |")
     print("| --- | --- |")
     print(f"| push in place ({r['push_mode']}) | {r['push_ms']:.1f} |")
@@ -171,9 +191,12 @@ def main() -> None:
     parser.add_argument("--flavor", default="tiny-qwen2", help="model flavor to build (tiny-qwen2, tiny-k2)")
     parser.add_argument("--sizes", default="64x64,128x128", help="PROMPTSxTOKENS list; the first is the JSON headline")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each method")
-    parser.add_argument("--quick", action="store_true", help="8 prompts x 16 tokens, 1 repeat (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="8 prompts x 16 tokens, 1 repeat (a short run)")
+    parser.add_argument("--smoke", action="store_true", help="2 prompts x 4 tokens, 1 repeat (the test suite's run)")
     args = parser.parse_args()
-    if args.quick:
+    if args.smoke:
+        args.sizes, args.repeats = "2x4", 1
+    elif args.quick:
         args.sizes, args.repeats = "8x16", 1
     started = time.perf_counter()
     result = run(args)

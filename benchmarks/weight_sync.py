@@ -27,7 +27,8 @@ q/o [4096, 4096], k/v [1024, 4096], gate/up [11008, 4096], down [4096, 11008], t
 
 Engine, disk and broadcast runs are interleaved (order rotates), median of --repeats after 1 warm-up.
 Every method's result is checked outside the timing: the receiver's tensors are zeroed before that
-method's (check or sweep) runs, then their per-tensor CRC32s must equal the trainer's. Prints markdown tables, then exactly one JSON line:
+method's (check or sweep) runs, then their per-tensor CRC32s must equal the trainer's. Prints markdown
+tables, then exactly one JSON line:
 {"bytes": .., "engine_gbps": .., "memcpy_gbps": .., "disk_gbps": .., "per_tensor_bcast_gbps": ..,
  "ratio_vs_memcpy": .., "speedup_vs_disk": .., "memcpy_all_threads_gbps": ..,
  "ratio_vs_memcpy_all_threads": .., ...}
@@ -108,6 +109,7 @@ def _crcs(tensors: list[torch.Tensor]) -> list[int]:
 # (a) memcpy in this process
 # ----------------------------------------------------------------------------------------------------------------------
 
+
 def bench_memcpy(shapes, repeats: int) -> dict[str, float]:
     """Median seconds to copy_ every tensor into a preallocated twin: 1 torch thread, default threads, 2 py threads."""
     default_threads = torch.get_num_threads()
@@ -145,7 +147,7 @@ def bench_memcpy(shapes, repeats: int) -> dict[str, float]:
         fn()
     for i in range(repeats):  # interleaved, order rotates
         keys = list(variants)
-        keys = keys[i % len(keys):] + keys[:i % len(keys)]
+        keys = keys[i % len(keys) :] + keys[: i % len(keys)]
         for key in keys:
             nthreads, fn = variants[key]
             torch.set_num_threads(nthreads)
@@ -163,6 +165,7 @@ def bench_memcpy(shapes, repeats: int) -> dict[str, float]:
 # ----------------------------------------------------------------------------------------------------------------------
 # Worker processes: rank 0 = trainer (owns the weights), rank 1 = receiver (preallocated tensors).
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 class _Worker:
     def __init__(self, rank: int, shapes, workdir: str, store_name: str):
@@ -187,6 +190,7 @@ class _Worker:
     # --- (b) disk ----------------------------------------------------------------------------------------------------
     def cmd_disk_save(self, path: str, fsync: bool = False):
         from safetensors.torch import save_file
+
         if os.path.exists(path):
             os.remove(path)  # a fresh checkpoint every step, as a naive pipeline writes
         t0 = time.perf_counter()
@@ -202,6 +206,7 @@ class _Worker:
 
     def cmd_disk_load(self, path: str):
         from safetensors import safe_open
+
         t0 = time.perf_counter()
         with safe_open(path, framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
@@ -211,9 +216,15 @@ class _Worker:
     # --- (c) one gloo broadcast per tensor ---------------------------------------------------------------------------
     def _pg(self):
         import torch.distributed as dist
+
         if not self.pg_ready:
-            dist.init_process_group("gloo", init_method=f"file://{self.workdir / self.store_name}", rank=self.rank,
-                                    world_size=2, timeout=datetime.timedelta(seconds=WORKER_TIMEOUT_S))
+            dist.init_process_group(
+                "gloo",
+                init_method=f"file://{self.workdir / self.store_name}",
+                rank=self.rank,
+                world_size=2,
+                timeout=datetime.timedelta(seconds=WORKER_TIMEOUT_S),
+            )
             self.pg_ready = True
         return dist
 
@@ -231,8 +242,10 @@ class _Worker:
 
     def cmd_engine_open(self, bucket_nbytes: int, shm_prefix: str):
         from checkpoint_engine import CheckpointEngineConfig, WeightSender
-        cfg = CheckpointEngineConfig(bucket_nbytes=bucket_nbytes, verify_checksum=False, timeout_s=WORKER_TIMEOUT_S,
-                                     shm_prefix=shm_prefix)
+
+        cfg = CheckpointEngineConfig(
+            bucket_nbytes=bucket_nbytes, verify_checksum=False, timeout_s=WORKER_TIMEOUT_S, shm_prefix=shm_prefix
+        )
         self.sender = WeightSender(cfg)
         for name, t in zip(self.names, self.tensors):
             self.sender.register(name, t)
@@ -247,20 +260,37 @@ class _Worker:
 
     def cmd_engine_connect(self, address: str):
         from checkpoint_engine import WeightReceiver
+
         self.receiver = WeightReceiver(address, self._load, timeout_s=WORKER_TIMEOUT_S, verify_checksum=False)
         self.receiver.connect()
 
     def cmd_engine_push(self):
         t0 = time.perf_counter()
         stats = self.sender.push()
-        return t0, time.perf_counter(), {"n_buckets": stats.n_buckets, "elapsed_s": stats.elapsed_s,
-                                         "ack_wait_s": stats.ack_wait_s, "nbytes": stats.nbytes}
+        return (
+            t0,
+            time.perf_counter(),
+            {
+                "n_buckets": stats.n_buckets,
+                "elapsed_s": stats.elapsed_s,
+                "ack_wait_s": stats.ack_wait_s,
+                "nbytes": stats.nbytes,
+            },
+        )
 
     def cmd_engine_recv(self):
         t0 = time.perf_counter()
         stats = self.receiver.run_update(wait_s=WORKER_TIMEOUT_S)
-        return t0, time.perf_counter(), {"n_buckets": stats.n_buckets, "elapsed_s": stats.elapsed_s,
-                                         "load_s": stats.load_s, "nbytes": stats.nbytes}
+        return (
+            t0,
+            time.perf_counter(),
+            {
+                "n_buckets": stats.n_buckets,
+                "elapsed_s": stats.elapsed_s,
+                "load_s": stats.load_s,
+                "nbytes": stats.nbytes,
+            },
+        )
 
     def cmd_engine_close(self):
         for attr in ("sender", "receiver"):
@@ -273,6 +303,7 @@ class _Worker:
         self.cmd_engine_close()
         if self.pg_ready:
             import torch.distributed as dist
+
             dist.destroy_process_group()
 
 
@@ -306,8 +337,12 @@ class _Pair:
         store_name = f"gloo_store_{os.getpid()}_{time.monotonic_ns()}"  # a fresh FileStore per pair
         for rank in (0, 1):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker_main, args=(rank, shapes, str(workdir), store_name, child), daemon=True,
-                            name=f"weight_sync_rank{rank}")
+            p = ctx.Process(
+                target=_worker_main,
+                args=(rank, shapes, str(workdir), store_name, child),
+                daemon=True,
+                name=f"weight_sync_rank{rank}",
+            )
             p.start()
             self.procs.append(p)
             self.conns.append(parent)
@@ -394,8 +429,13 @@ class Bench:
         finally:
             self.threads(self.default_threads)
         assert ps["nbytes"] == rs["nbytes"], (ps, rs)
-        return {"s": max(p1, r1) - p0, "n_buckets": ps["n_buckets"], "push_elapsed_s": ps["elapsed_s"],
-                "ack_wait_s": ps["ack_wait_s"], "load_s": rs["load_s"]}
+        return {
+            "s": max(p1, r1) - p0,
+            "n_buckets": ps["n_buckets"],
+            "push_elapsed_s": ps["elapsed_s"],
+            "ack_wait_s": ps["ack_wait_s"],
+            "load_s": rs["load_s"],
+        }
 
     def engine_close(self) -> None:
         self.pair.call(0, "engine_close")
@@ -416,8 +456,15 @@ def _summary(runs: list[dict]) -> dict:
     return {k: _median([r[k] for r in runs]) for k in runs[0]}
 
 
-def bench_pipelines(pair: _Pair, workdir: Path, engine_cfgs: list[tuple[int, int]], repeats: int,
-                    shm_prefix: str, default_threads: int, fsync_row: bool) -> dict:
+def bench_pipelines(
+    pair: _Pair,
+    workdir: Path,
+    engine_cfgs: list[tuple[int, int]],
+    repeats: int,
+    shm_prefix: str,
+    default_threads: int,
+    fsync_row: bool,
+) -> dict:
     """engine_cfgs: [(bucket_nbytes, torch threads per worker)], the first is the headline (interleaved with
     disk and broadcast); the others run the engine alone afterwards."""
     b = Bench(pair, workdir, default_threads)
@@ -429,7 +476,7 @@ def bench_pipelines(pair: _Pair, workdir: Path, engine_cfgs: list[tuple[int, int
         fn()
     for i in range(repeats):  # interleaved, order rotates (the box is shared and noisy)
         keys = list(runs)
-        keys = keys[i % 3:] + keys[:i % 3]
+        keys = keys[i % 3 :] + keys[: i % 3]
         for k in keys:
             timed[k].append(runs[k]())
     for k in runs:
@@ -454,8 +501,9 @@ def bench_pipelines(pair: _Pair, workdir: Path, engine_cfgs: list[tuple[int, int
     return out
 
 
-def bench_small(workdir: Path, n_tensors: int, repeats: int, shm_prefix: str, engine_threads: int,
-                default_threads: int) -> dict:
+def bench_small(
+    workdir: Path, n_tensors: int, repeats: int, shm_prefix: str, engine_threads: int, default_threads: int
+) -> dict:
     """Per-tensor overhead: `n_tensors` bf16 [64, 64] tensors (8 KiB each) through the engine (one 256 MiB
     bucket) and through one gloo broadcast per tensor; the bytes are negligible, the count is not."""
     shapes = [(f"small.{i}.weight", (64, 64)) for i in range(n_tensors)]
@@ -495,8 +543,11 @@ def bench_disk(pair: _Pair, workdir: Path, repeats: int) -> dict:
     totals = _timed(repeats, 1, one)
     saves, loads = saves[1:], loads[1:]
     os.remove(path)
-    return {"disk_s": statistics.median(totals), "disk_save_s": statistics.median(saves),
-            "disk_load_s": statistics.median(loads)}
+    return {
+        "disk_s": statistics.median(totals),
+        "disk_save_s": statistics.median(saves),
+        "disk_load_s": statistics.median(loads),
+    }
 
 
 def bench_bcast(pair: _Pair, repeats: int) -> dict:
@@ -524,7 +575,8 @@ def _figures(nbytes: int, args, mem: dict, res: dict) -> dict:
         return f"{r['bucket_nbytes'] >> 20}MiB_{r['threads']}thr"
 
     identical = [mem["memcpy_identical"], disk["identical"], bcast["identical"]] + [
-        r["identical"] for r in res["engine_cfgs"]]
+        r["identical"] for r in res["engine_cfgs"]
+    ]
     figures = {
         "bytes": nbytes,
         "engine_gbps": rate(eng["s"]),
@@ -574,37 +626,54 @@ def _print_main_table(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -
     def rate(sec: float) -> float:
         return gb / sec
 
-    print(f"## Weight push: {gb:.3f} GB of bf16 ({n_tensors} tensors, 7B-class shapes), trainer process -> "
-          "receiver process (copies into preallocated tensors)\n")
-    print(f"Median of {args.repeats} timed runs after 1 warm-up; GB = 1e9 bytes. Engine (headline row), disk and "
-          "broadcast runs are interleaved; the other engine rows run afterwards; memcpy runs in the parent process "
-          f"before the workers start. {os.cpu_count()} CPU cores, torch {torch.__version__} ({nthr} torch threads "
-          "by default). 'threads' = torch threads in each of the 2 worker processes (sender, receiver).")
-    print("memcpy 1 thread (one copy_ stream, torch.set_num_threads(1)) is the `memcpy_gbps` reference: the engine "
-          "copies every byte twice (trainer tensor -> shm buffer in the sender, shm -> preallocated tensor in the "
-          "receiver's `load`), in two processes that run in parallel, one core each, so one copy stream is what "
-          f"the pipeline can reach at best. memcpy with {nthr} torch threads puts both cores on ONE copy: the engine "
-          "cannot reach it (x memcpy all threads column, `ratio_vs_memcpy_all_threads`).\n")
-    print("| method | bucket | buckets | threads | s per push | GB/s | × memcpy 1 thread | × memcpy all threads | "
-          "× disk | bit-identical |")
+    print(
+        f"## Weight push: {gb:.3f} GB of bf16 ({n_tensors} tensors, 7B-class shapes), trainer process -> "
+        "receiver process (copies into preallocated tensors)\n"
+    )
+    print(
+        f"Median of {args.repeats} timed runs after 1 warm-up; GB = 1e9 bytes. Engine (headline row), disk and "
+        "broadcast runs are interleaved; the other engine rows run afterwards; memcpy runs in the parent process "
+        f"before the workers start. {os.cpu_count()} CPU cores, torch {torch.__version__} ({nthr} torch threads "
+        "by default). 'threads' = torch threads in each of the 2 worker processes (sender, receiver)."
+    )
+    print(
+        "memcpy 1 thread (one copy_ stream, torch.set_num_threads(1)) is the `memcpy_gbps` reference: the engine "
+        "copies every byte twice (trainer tensor -> shm buffer in the sender, shm -> preallocated tensor in the "
+        "receiver's `load`), in two processes that run in parallel, one core each, so one copy stream is what "
+        f"the pipeline can reach at best. memcpy with {nthr} torch threads puts both cores on ONE copy: the engine "
+        "cannot reach it (x memcpy all threads column, `ratio_vs_memcpy_all_threads`).\n"
+    )
+    print(
+        "| method | bucket | buckets | threads | s per push | GB/s | × memcpy 1 thread | × memcpy all threads | "
+        "× disk | bit-identical |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
     def row(name, sec, bucket="–", nb="–", threads="–", ok=True):
-        print(f"| {name} | {bucket} | {nb} | {threads} | {sec:.3f} | {rate(sec):.2f} | {m1 / sec:.2f} | "
-              f"{mall / sec:.2f} | {disk['s'] / sec:.1f} | {_fmt_yes(ok)} |")
+        print(
+            f"| {name} | {bucket} | {nb} | {threads} | {sec:.3f} | {rate(sec):.2f} | {m1 / sec:.2f} | "
+            f"{mall / sec:.2f} | {disk['s'] / sec:.1f} | {_fmt_yes(ok)} |"
+        )
 
     row("memcpy (copy_), one process", m1, threads=1, ok=mem["memcpy_identical"])
     row("memcpy (copy_), one process", mall, threads=nthr, ok=mem["memcpy_identical"])
-    row("memcpy, 2 Python threads × 1 torch thread (one copy_ per core)", m2py, threads="2×1",
-        ok=mem["memcpy_identical"])
+    row(
+        "memcpy, 2 Python threads × 1 torch thread (one copy_ per core)",
+        m2py,
+        threads="2×1",
+        ok=mem["memcpy_identical"],
+    )
     for k, r in enumerate(res["engine_cfgs"]):
         label = "**checkpoint engine** (shm, 1 sender → 1 receiver)" if k == 0 else "checkpoint engine"
         row(label, r["s"], f"{r['bucket_nbytes'] >> 20} MiB", int(r["n_buckets"]), r["threads"], r["identical"])
-    row("safetensors save (trainer) + load (receiver), page cache warm", disk["s"], threads=nthr,
-        ok=disk["identical"])
+    row("safetensors save (trainer) + load (receiver), page cache warm", disk["s"], threads=nthr, ok=disk["identical"])
     if "disk_fsync" in res:
-        row("same, cold: fsync + evict from page cache before the load", res["disk_fsync"]["s"], threads=nthr,
-            ok=res["disk_fsync"]["identical"])
+        row(
+            "same, cold: fsync + evict from page cache before the load",
+            res["disk_fsync"]["s"],
+            threads=nthr,
+            ok=res["disk_fsync"]["identical"],
+        )
     row("torch.distributed.broadcast per tensor (gloo, 2 ranks)", bcast["s"], threads=nthr, ok=bcast["identical"])
 
 
@@ -616,32 +685,47 @@ def _print_stages(nbytes: int, args, mem: dict, res: dict, figures: dict) -> Non
     def rate(sec: float) -> float:
         return gb / sec
 
-    print("\nEngine stages per row (medians): the receiver's time inside `load` (shm -> preallocated tensors), the "
-          "sender's time blocked on acks; the rest of the receiver's time is waiting for buckets and reassembling "
-          "tensors split across buckets (into a buffer reused across updates, then `load` copies it again).\n")
+    print(
+        "\nEngine stages per row (medians): the receiver's time inside `load` (shm -> preallocated tensors), the "
+        "sender's time blocked on acks; the rest of the receiver's time is waiting for buckets and reassembling "
+        "tensors split across buckets (into a buffer reused across updates, then `load` copies it again).\n"
+    )
     print("| bucket | threads | buckets | s per push | receiver in `load` (s) | sender waiting for acks (s) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in res["engine_cfgs"]:
-        print(f"| {r['bucket_nbytes'] >> 20} MiB | {r['threads']} | {int(r['n_buckets'])} | {r['s']:.3f} | "
-              f"{r['load_s']:.3f} | {r['ack_wait_s']:.3f} |")
+        print(
+            f"| {r['bucket_nbytes'] >> 20} MiB | {r['threads']} | {int(r['n_buckets'])} | {r['s']:.3f} | "
+            f"{r['load_s']:.3f} | {r['ack_wait_s']:.3f} |"
+        )
     if "small" in res:
         sm = res["small"]
-        print(f"\nPer-tensor overhead: {sm['n_tensors']} bf16 [64, 64] tensors ({sm['nbytes'] / 1e6:.0f} MB), "
-              f"median of {args.repeats}:\n")
+        print(
+            f"\nPer-tensor overhead: {sm['n_tensors']} bf16 [64, 64] tensors ({sm['nbytes'] / 1e6:.0f} MB), "
+            f"median of {args.repeats}:\n"
+        )
         print("| method | s per push | µs per tensor | bit-identical |\n| --- | --- | --- | --- |")
-        for name, r in (("checkpoint engine (256 MiB bucket, "
-                         f"{int(sm['engine']['n_buckets'])} bucket(s), {args.engine_threads} thread(s))", sm["engine"]),
-                        ("torch.distributed.broadcast per tensor (gloo)", sm["bcast"])):
+        for name, r in (
+            (
+                "checkpoint engine (256 MiB bucket, "
+                f"{int(sm['engine']['n_buckets'])} bucket(s), {args.engine_threads} thread(s))",
+                sm["engine"],
+            ),
+            ("torch.distributed.broadcast per tensor (gloo)", sm["bcast"]),
+        ):
             print(f"| {name} | {r['s']:.3f} | {r['s'] / sm['n_tensors'] * 1e6:.1f} | {_fmt_yes(r['identical'])} |")
-    print(f"\nEngine, headline row: receiver `load` (shm -> preallocated tensors) busy {eng['load_s']:.3f} s "
-          f"({rate(eng['load_s']):.2f} GB/s); sender push() {eng['push_elapsed_s']:.3f} s, of which waiting for "
-          f"acks {eng['ack_wait_s']:.3f} s (copying into shm ≈ {eng['push_elapsed_s'] - eng['ack_wait_s']:.3f} s, "
-          f"{rate(eng['push_elapsed_s'] - eng['ack_wait_s']):.2f} GB/s). Disk: save {disk['save_s']:.3f} s "
-          f"({rate(disk['save_s']):.2f} GB/s), load {disk['load_s']:.3f} s ({rate(disk['load_s']):.2f} GB/s); the "
-          "file stays in the page cache (no fsync, nothing dropped), so the disk row is optimistic.")
-    print(f"Goals: >= 0.8x memcpy (1 thread): {figures['ratio_vs_memcpy']:.2f}x; >= 10x disk: "
-          f"{figures['speedup_vs_disk']:.1f}x. Against memcpy with all threads: "
-          f"{figures['ratio_vs_memcpy_all_threads']:.2f}x.\n")
+    print(
+        f"\nEngine, headline row: receiver `load` (shm -> preallocated tensors) busy {eng['load_s']:.3f} s "
+        f"({rate(eng['load_s']):.2f} GB/s); sender push() {eng['push_elapsed_s']:.3f} s, of which waiting for "
+        f"acks {eng['ack_wait_s']:.3f} s (copying into shm ≈ {eng['push_elapsed_s'] - eng['ack_wait_s']:.3f} s, "
+        f"{rate(eng['push_elapsed_s'] - eng['ack_wait_s']):.2f} GB/s). Disk: save {disk['save_s']:.3f} s "
+        f"({rate(disk['save_s']):.2f} GB/s), load {disk['load_s']:.3f} s ({rate(disk['load_s']):.2f} GB/s); the "
+        "file stays in the page cache (no fsync, nothing dropped), so the disk row is optimistic."
+    )
+    print(
+        f"Goals: >= 0.8x memcpy (1 thread): {figures['ratio_vs_memcpy']:.2f}x; >= 10x disk: "
+        f"{figures['speedup_vs_disk']:.1f}x. Against memcpy with all threads: "
+        f"{figures['ratio_vs_memcpy_all_threads']:.2f}x.\n"
+    )
 
 
 def _report(nbytes: int, n_tensors: int, args, mem: dict, res: dict) -> dict:
@@ -656,14 +740,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=2.0, help="bytes to push, in 1e9 (rounded up to whole tensors)")
     parser.add_argument("--bucket-mib", type=int, default=256, help="engine bucket of the headline figure")
-    parser.add_argument("--sweep-mib", type=str, default="64,128,512",
-                        help="more bucket sizes for the engine alone (comma list; empty: none)")
-    parser.add_argument("--engine-threads", type=int, default=1,
-                        help="torch threads in each engine worker process (1: one core per pipeline stage)")
+    parser.add_argument(
+        "--sweep-mib",
+        type=str,
+        default="64,128,512",
+        help="more bucket sizes for the engine alone (comma list; empty: none)",
+    )
+    parser.add_argument(
+        "--engine-threads",
+        type=int,
+        default=1,
+        help="torch threads in each engine worker process (1: one core per pipeline stage)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--small-tensors", type=int, default=20000,
-                        help="per-tensor overhead run: this many 8 KiB tensors (0: skip)")
-    parser.add_argument("--no-fsync-row", action="store_true", help="skip the cold-disk rows (save + fsync + evict + load)")
+    parser.add_argument(
+        "--small-tensors", type=int, default=20000, help="per-tensor overhead run: this many 8 KiB tensors (0: skip)"
+    )
+    parser.add_argument(
+        "--no-fsync-row", action="store_true", help="skip the cold-disk rows (save + fsync + evict + load)"
+    )
     parser.add_argument("--quick", action="store_true", help="~0.3 GB, 2 repeats, sweep 64 MiB only, no cold-disk row")
     args = parser.parse_args()
     if args.quick:
@@ -672,8 +767,9 @@ def main() -> None:
     default_threads = torch.get_num_threads()
     head = args.bucket_mib << 20
     cfgs = [(head, args.engine_threads)]
-    cfgs += [(int(x) << 20, args.engine_threads) for x in args.sweep_mib.split(",") if x.strip()
-             and int(x) << 20 != head]
+    cfgs += [
+        (int(x) << 20, args.engine_threads) for x in args.sweep_mib.split(",") if x.strip() and int(x) << 20 != head
+    ]
     if args.engine_threads != default_threads:  # the same headline bucket at the default thread count
         cfgs.append((head, default_threads))
 
@@ -692,8 +788,9 @@ def main() -> None:
         pair.close()
         pair = None
         if args.small_tensors > 0:
-            res["small"] = bench_small(workdir, args.small_tensors, args.repeats, shm_prefix, args.engine_threads,
-                                       default_threads)
+            res["small"] = bench_small(
+                workdir, args.small_tensors, args.repeats, shm_prefix, args.engine_threads, default_threads
+            )
     finally:
         if pair is not None:
             pair.close()
@@ -707,6 +804,7 @@ def _sweep_shm(prefix: str) -> None:
     """Unlink shm segments of this run left by dead workers (only names carrying this run's prefix)."""
     try:
         from checkpoint_engine import sweep_stale_segments
+
         sweep_stale_segments(prefix)
     except Exception:
         pass

@@ -26,7 +26,8 @@ WeightSender(config, rank: int = 0, world_size: int = 1, group: ProcessGroup | N
     .push() -> PushStats              one full update (collective if world_size > 1)
     .close() / context manager        unlinks every shm segment, closes sockets
 WeightReceiver(address: str, load: Callable[[list[tuple[str, Tensor]]], None], *, timeout_s: float = 60.0,
-               verify_checksum: bool = True, expected: Mapping[str, tuple[Sequence[int], torch.dtype | str]] | None = None,
+               verify_checksum: bool = True,
+               expected: Mapping[str, tuple[Sequence[int], torch.dtype | str]] | None = None,
                device_index: int | None = None)
     .connect() -> None                handshake + attach the two IPC buffers (run_update does it lazily)
     .run_update(wait_s: float | None = None) -> UpdateStats   receive one update; wait_s bounds the wait

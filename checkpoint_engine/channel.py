@@ -66,9 +66,13 @@ class Channel:
                 raise CheckpointEngineError(f"{self.peer} sent a {nbytes}-byte message while we waited for {what}")
             msg = json.loads(self._recv_exact(nbytes, deadline, what))
         except socket.timeout:
-            raise PeerTimeoutError(f"no {what} from {self.peer} within {timeout_s:.1f} s (peer stuck or dead)") from None
+            raise PeerTimeoutError(
+                f"no {what} from {self.peer} within {timeout_s:.1f} s (peer stuck or dead)"
+            ) from None
         if not isinstance(msg, dict) or "t" not in msg:
-            raise CheckpointEngineError(f"malformed message from {self.peer} while waiting for {what}: {str(msg)[:200]}")
+            raise CheckpointEngineError(
+                f"malformed message from {self.peer} while waiting for {what}: {str(msg)[:200]}"
+            )
         return msg
 
     def recv_pending(self, timeout_s: float = 0.2) -> dict[str, Any] | None:
@@ -122,5 +126,7 @@ def connect(address: str, timeout_s: float) -> socket.socket:
             return socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
         except (ConnectionRefusedError, socket.timeout) as e:
             if time.monotonic() >= deadline:
-                raise PeerTimeoutError(f"could not connect to checkpoint-engine sender at {address} within {timeout_s:.1f} s ({e})") from None
+                raise PeerTimeoutError(
+                    f"could not connect to checkpoint-engine sender at {address} within {timeout_s:.1f} s ({e})"
+                ) from None
             time.sleep(0.05)

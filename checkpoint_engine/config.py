@@ -20,7 +20,8 @@ class CheckpointEngineConfig(BaseModel):
     bucket_nbytes: int = Field(
         256 << 20,
         ge=64,
-        description="Size of one bucket in bytes; each of the 2 IPC buffers (and the GPU staging buffer) has this size.",
+        description="Size of one bucket in bytes; each of the 2 IPC buffers (and the GPU staging buffer) "
+        "has this size.",
     )
     align_nbytes: int = Field(
         64, ge=16, description="Byte alignment of every tensor inside a bucket (power of two, >= 16)."
@@ -29,10 +30,12 @@ class CheckpointEngineConfig(BaseModel):
         60.0, gt=0, description="Seconds to wait for any handshake message or ack before raising PeerTimeoutError."
     )
     verify_checksum: bool = Field(
-        True, description="Compute a per-bucket checksum on the owner rank; the receiver verifies it. Off for benchmarks."
+        True,
+        description="Compute a per-bucket checksum on the owner rank; the receiver verifies it. Off for benchmarks.",
     )
     dtype: str | None = Field(
-        None, description="Cast floating-point tensors to this dtype (e.g. 'bfloat16') while staging; None keeps each dtype."
+        None,
+        description="Cast floating-point tensors to this dtype (e.g. 'bfloat16') while staging; None keeps each dtype.",
     )
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="'cpu': POSIX shm buffers + gloo; 'cuda': CUDA IPC buffers on the current device + NCCL."

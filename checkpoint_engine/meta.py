@@ -235,12 +235,14 @@ def _validate_piece(t: TensorMeta, bucket: BucketMeta, capacity_nbytes: int) -> 
         raise MetadataError(f"{where}: offset {t.offset} / nbytes {t.nbytes} not a multiple of itemsize {itemsize}")
     if t.start + t.nbytes // itemsize > t.full_numel:
         raise MetadataError(
-            f"{where}: elements [{t.start}, {t.start + t.nbytes // itemsize}) exceed numel {t.full_numel} of shape {t.shape}"
+            f"{where}: elements [{t.start}, {t.start + t.nbytes // itemsize}) exceed numel {t.full_numel} "
+            f"of shape {t.shape}"
         )
     end = t.offset + t.nbytes
     if end > capacity_nbytes or end > bucket.nbytes:
         raise MetadataError(
-            f"{where}: bytes [{t.offset}, {end}) overrun the bucket ({bucket.nbytes} B used, buffer {capacity_nbytes} B)"
+            f"{where}: bytes [{t.offset}, {end}) overrun the bucket "
+            f"({bucket.nbytes} B used, buffer {capacity_nbytes} B)"
         )
 
 
@@ -251,7 +253,8 @@ def validate_bucket(bucket: BucketMeta, capacity_nbytes: int) -> None:
         _validate_piece(t, bucket, capacity_nbytes)
         if t.offset < prev_end:
             raise MetadataError(
-                f"tensor {t.name!r} in bucket {bucket.index}: offset {t.offset} overlaps tensor {prev_name!r} ending at {prev_end}"
+                f"tensor {t.name!r} in bucket {bucket.index}: offset {t.offset} overlaps tensor {prev_name!r} "
+                f"ending at {prev_end}"
             )
         prev_end, prev_name = max(prev_end, t.offset + t.nbytes), t.name
     if not 0 <= bucket.nbytes <= capacity_nbytes:
@@ -266,7 +269,9 @@ def _check_coverage(name: str, pieces: list[TensorMeta]) -> None:
     first = pieces[0]
     for p in pieces[1:]:
         if (p.dtype, p.shape) != (first.dtype, first.shape):
-            raise MetadataError(f"tensor {name!r}: pieces disagree ({p.dtype}{list(p.shape)} vs {first.dtype}{list(first.shape)})")
+            raise MetadataError(
+                f"tensor {name!r}: pieces disagree ({p.dtype}{list(p.shape)} vs {first.dtype}{list(first.shape)})"
+            )
     nxt = 0
     for p in sorted(pieces, key=lambda m: m.start):
         if p.start != nxt:
@@ -292,7 +297,9 @@ def _check_expected(by_name: Mapping[str, list[TensorMeta]], expected: ExpectedS
             raise MetadataError(f"tensor {name!r}: dtype {got.dtype} != expected {dtype_to_str(dtype, name)}")
     missing = [n for n in expected if n not in by_name]
     if missing:
-        raise MetadataError(f"tensor {missing[0]!r} expected by the receiver is missing from the update ({len(missing)} missing)")
+        raise MetadataError(
+            f"tensor {missing[0]!r} expected by the receiver is missing from the update ({len(missing)} missing)"
+        )
 
 
 def group_pieces(buckets: Iterable[BucketMeta]) -> dict[str, list[TensorMeta]]:

@@ -223,7 +223,9 @@ class WeightReceiver:
         if self._plan is None or self._plan.version != version:
             raise CheckpointEngineError(f"sender referenced plan version {version} that was never sent")
         if begin.get("n_buckets") != len(self._plan.buckets):
-            raise CheckpointEngineError(f"update announces {begin.get('n_buckets')} buckets, plan has {len(self._plan.buckets)}")
+            raise CheckpointEngineError(
+                f"update announces {begin.get('n_buckets')} buckets, plan has {len(self._plan.buckets)}"
+            )
         return self._plan
 
     def _receive(self, chan: Channel, start_timeout_s: float | None) -> UpdateStats:
@@ -251,7 +253,9 @@ class WeightReceiver:
             chan.send({"t": "ack", "i": b.index})
         self._recv(chan, self.timeout_s, "end of update", "end")
         if left and any(left.values()):
-            raise CheckpointEngineError(f"update ended with tensor {next(n for n, v in left.items() if v)!r} incomplete")
+            raise CheckpointEngineError(
+                f"update ended with tensor {next(n for n, v in left.items() if v)!r} incomplete"
+            )
         chan.send({"t": "done", "update": begin.get("update")})
         return UpdateStats(plan.nbytes, len(plan.buckets), plan.n_tensors, time.perf_counter() - t0, load_s, verify_s)
 

@@ -75,7 +75,9 @@ class WeightSender:
     ) -> None:  # fmt: skip
         self.config, self.rank, self.world_size, self.group = config, rank, world_size, group
         _check_group(rank, world_size, group)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if config.device == "cuda" else torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if config.device == "cuda" else torch.device("cpu")
+        )
         self.buffer_nbytes = config.bucket_nbytes + TRAILER_NBYTES
         self._regs: dict[str, Registration] = {}
         self._plan: list[BucketMeta] | None = None
@@ -123,7 +125,9 @@ class WeightSender:
         if self.world_size > 1:
             per_rank = [None] * self.world_size
             dist.all_gather_object(per_rank, summaries, group=self.group)
-        plan = plan_buckets(merge_registrations(per_rank, self.config.dtype), self.config.bucket_nbytes, self.config.align_nbytes)
+        plan = plan_buckets(
+            merge_registrations(per_rank, self.config.dtype), self.config.bucket_nbytes, self.config.align_nbytes
+        )
         validate_plan(plan, self.config.bucket_nbytes)
         self._plan, self._plan_dicts = plan, [b.to_dict() for b in plan]
         self._plan_nbytes = sum(b.payload_nbytes for b in plan)
@@ -146,7 +150,9 @@ class WeightSender:
                 continue
             local_start = t.start - reg.start if reg.kind == "shard" else t.start
             whole = local_start == 0 and t.numel == reg.numel
-            ops.append(_CopyOp(t.name, t.offset, t.nbytes, dtype_from_str(t.dtype, t.name), local_start, t.numel, whole, owned))
+            ops.append(
+                _CopyOp(t.name, t.offset, t.nbytes, dtype_from_str(t.dtype, t.name), local_start, t.numel, whole, owned)
+            )
         return ops
 
     def _ensure_plan(self) -> list[BucketMeta]:
@@ -387,4 +393,3 @@ def _check_group(rank: int, world_size: int, group: Any | None) -> None:
     got = (dist.get_rank(group), dist.get_world_size(group))
     if got != (rank, world_size):
         raise CheckpointEngineError(f"rank/world_size {(rank, world_size)} disagree with the process group's {got}")
-

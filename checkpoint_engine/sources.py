@@ -54,14 +54,17 @@ class Registration:
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape),
-                "start": self.start, "numel": self.numel, "owner": self.owner, "collective": self.collective}  # fmt: skip
+                "start": self.start, "numel": self.numel, "owner": self.owner,
+                "collective": self.collective}  # fmt: skip
 
 
 def _shard_registration(name: str, shard: Shard) -> Registration:
     shape = tuple(int(s) for s in shard.full_shape)
     numel = shard.local.numel()
     if shard.start < 0 or shard.start + numel > math.prod(shape):
-        raise ValueError(f"tensor {name!r}: shard elements [{shard.start}, {shard.start + numel}) exceed full shape {shape}")
+        raise ValueError(
+            f"tensor {name!r}: shard elements [{shard.start}, {shard.start + numel}) exceed full shape {shape}"
+        )
     dtype = dtype_to_str(shard.local.dtype, name)
     return Registration(name, "shard", dtype, shape, shard.local, start=shard.start, numel=numel)
 
@@ -90,7 +93,9 @@ def make_registration(
             raise ValueError(f"tensor {name!r}: a materializer needs shape= and dtype=")
         dims = tuple(int(s) for s in shape)
         fn_dtype = dtype_to_str(dtype, name)
-        return Registration(name, "fn", fn_dtype, dims, source, numel=math.prod(dims), owner=owner, collective=collective)
+        return Registration(
+            name, "fn", fn_dtype, dims, source, numel=math.prod(dims), owner=owner, collective=collective
+        )
     raise TypeError(f"tensor {name!r}: source must be a Tensor, Shard or callable, got {type(source).__name__}")
 
 
@@ -107,7 +112,8 @@ def _check_consistent(name: str, entries: list[tuple[int, dict[str, Any]]], worl
         for key in ("kind", "dtype", "shape", "owner", "collective"):
             if r[key] != first[key]:
                 raise ValueError(
-                    f"tensor {name!r}: {key} differs between rank {first_rank} ({first[key]!r}) and rank {rank} ({r[key]!r})"
+                    f"tensor {name!r}: {key} differs between rank {first_rank} ({first[key]!r}) "
+                    f"and rank {rank} ({r[key]!r})"
                 )
     if first["collective"] and len(entries) != world_size:
         missing = sorted(set(range(world_size)) - {rank for rank, _ in entries})

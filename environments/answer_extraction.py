@@ -136,9 +136,7 @@ EXTRACTORS: dict[str, Callable[[str], str | None]] = {
 }
 
 
-def extract_answer(
-    text: str, order: Sequence[ExtractionMethod], tail_chars: int = DEFAULT_TAIL_CHARS
-) -> Extraction:
+def extract_answer(text: str, order: Sequence[ExtractionMethod], tail_chars: int = DEFAULT_TAIL_CHARS) -> Extraction:
     """The first answer found by the methods in `order` (on the cleaned tail of `text`)."""
     tail = clean_response(text, tail_chars)
     for method in order:

@@ -57,7 +57,9 @@ class CodeConfig(EnvConfig):
 
     data_path: str = Field("", description="JSONL of tasks (id, prompt, tests, entry_point); empty: built-in set.")
     test_fraction: float = Field(0.2, ge=0.0, le=1.0, description="Share of task ids (by hash) in the test split.")
-    dev_fraction: float = Field(0.1, ge=0.0, le=1.0, description="Share of task ids (by hash, next to test) in the dev split.")
+    dev_fraction: float = Field(
+        0.1, ge=0.0, le=1.0, description="Share of task ids (by hash, next to test) in the dev split."
+    )
     show_tests: int = Field(1, ge=0, description="How many of the tests the prompt shows as examples.")
     all_or_nothing: bool = Field(False, description="Reward 1 only when every test passes (else the fraction).")
     per_test_timeout_s: float = Field(2.0, gt=0, description="Time for loading the solution and for each test.")
@@ -90,11 +92,6 @@ def parse_harness(stdout: str, nonce: str) -> dict[str, dict[str, Any]]:
         if isinstance(record, dict) and "step" in record:
             records.setdefault(str(record["step"]), record)
     return records
-
-
-def split_of(task_id: str, test_fraction: float, dev_fraction: float = 0.0) -> Split:
-    """Deterministic split from a hash of the id: test, then dev, then train (`hash_split`)."""
-    return hash_split(task_id, test_fraction, dev_fraction)
 
 
 @cache
@@ -143,7 +140,7 @@ class CodeEnv(Environment):
         path = self.config.data_path or str(BUILTIN_DATA)
         check_split(self.name, split)
         fractions = (self.config.test_fraction, self.config.dev_fraction)
-        return [row for row in load_rows(path) if split_of(str(row["id"]), *fractions) == split]
+        return [row for row in load_rows(path) if hash_split(str(row["id"]), *fractions) == split]
 
     def _prompt(self, row: dict[str, Any]) -> str:
         shown = row["tests"][: self.config.show_tests]

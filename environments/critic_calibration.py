@@ -1,4 +1,5 @@
-"""Critic calibration gym: judge a verified-correct and a wrong response to a verifiable prompt; agree with the verifier.
+"""Critic calibration gym: judge a verified-correct and a wrong response to a verifiable prompt; agree with
+the verifier.
 
     env = make_environment("critic_calibration", {"sources": [{"name": "math", "config": {"difficulty": 1}}]})
     task = next(env.tasks("test", seed=0))      # the pairwise judge prompt; task.answer = "A" or "B"
@@ -6,7 +7,7 @@
 
 This is the closed loop of K2's self-critique reward: in an RL mix the policy, acting as critic,
 is rewarded when its pairwise judgement agrees with a verifier, so its judging stays anchored to
-verifiable signal. Where the pairs come from (`rubrics.calibration.CalibrationPair`):
+verifiable signal. Where the pairs come from (`k2post.judging.calibration.CalibrationPair`):
 - on-policy, during RL: the controller turns each finished group of a `sources` environment with
   mixed rewards into pairs and adds their judge tasks to this environment's train pool;
 - `train_pairs_path` / `dev_pairs_path` / `heldout_pairs_path` (test): JSONL pairs sampled from a model beforehand
@@ -14,7 +15,7 @@ verifiable signal. Where the pairs come from (`rubrics.calibration.CalibrationPa
 - otherwise (a cold start, `k2post eval`, golden tests): the source gym's reference answer vs a
   wrong one, each checked by the source's verifier; `pair_kind` picks the wrong one:
   `reference` (default) a neighbouring number (`wrong_answer`: the judge must redo the arithmetic),
-  `malformed` a reply with no readable answer (`rubrics.calibration.malformed_reply`: empty box,
+  `malformed` a reply with no readable answer (`k2post.judging.calibration.malformed_reply`: empty box,
   truncated, repeated, "I do not know."), the judging task a 4.5M model learns (docs/CRITIC.md).
 `prompt_style: compact` writes the short one-message judge prompt (`compact_judge_messages`,
 ~1/3 of the tokens) for every task, harvested ones included.
@@ -38,7 +39,14 @@ from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.mix import EnvEntryConfig
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import SPLITS, check_split
-from rubrics.calibration import CORRECTNESS_RUBRIC, CalibrationPair, agreement, calibration_task, malformed_reply
+from k2post.judging.calibration import (
+    CORRECTNESS_RUBRIC,
+    CalibrationPair,
+    agreement,
+    calibration_task,
+    malformed_reply,
+    verified_pair,
+)
 from rubrics.schema import Rubric, builtin_rubrics
 
 DEFAULT_TASKS = 200
@@ -53,34 +61,49 @@ class CriticCalibrationConfig(EnvConfig):
         default_factory=lambda: [EnvEntryConfig(name="math", config={"difficulty": 1})],
         description="Verifiable single-turn gyms whose prompts the pairs come from (their tasks carry a gold answer).",
     )
-    train_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the train split (else reference pairs).")
-    heldout_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the test split (else reference pairs).")
-    dev_pairs_path: str | None = Field(None, description="JSONL of CalibrationPair for the dev split (else reference pairs).")
+    train_pairs_path: str | None = Field(
+        None, description="JSONL of CalibrationPair for the train split (else reference pairs)."
+    )
+    heldout_pairs_path: str | None = Field(
+        None, description="JSONL of CalibrationPair for the test split (else reference pairs)."
+    )
+    dev_pairs_path: str | None = Field(
+        None, description="JSONL of CalibrationPair for the dev split (else reference pairs)."
+    )
     answer_template: str = Field("\\boxed{{{answer}}}", description="Reference pairs: how both answers are written.")
     rubric_kinds: list[Literal["core", "prescriptive"]] = Field(
-        default_factory=list, description="Shipped rubrics shown besides the correctness rubric (none: the shortest prompt)."
+        default_factory=list,
+        description="Shipped rubrics shown besides the correctness rubric (none: the shortest prompt).",
     )
     pair_kind: Literal["reference", "malformed"] = Field(
-        "reference", description="Reference pairs: the gold answer vs a neighbouring number ('reference': the judge must check the "
-        "arithmetic) or vs a malformed reply with no readable answer ('malformed': empty box, truncated, repeated, no answer)."
+        "reference",
+        description="Reference pairs: the gold answer vs a neighbouring number ('reference': the judge must check the "
+        "arithmetic) or vs a malformed reply with no readable answer ('malformed': empty box, truncated, repeated, "
+        "no answer).",
     )
     prompt_style: Literal["full", "compact"] = Field(
-        "full", description="Judge prompt: 'full' (system prompt, rubric texts, instruction) or 'compact' (one user message, "
-        "rubric titles only, a one-line instruction; for very small judges)."
+        "full",
+        description="Judge prompt: 'full' (system prompt, rubric texts, instruction) or 'compact' (one user message, "
+        "rubric titles only, a one-line instruction; for very small judges).",
     )
     placement_seed: int = Field(0, description="Seed of the coin that puts the correct response at A or B.")
     correct_at_a: float = Field(
-        0.5, gt=0.0, lt=1.0,
-        description="Share of pairs with the verified-correct response at A (0.5: a fair coin). Above 0.5 in SFT data it "
-        "reproduces a position-biased teacher (every verdict right, the better response usually first): the judge learns "
-        "a prior for A that RL on fair pairs has to unlearn (the demo, docs/CRITIC.md).")
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Share of pairs with the verified-correct response at A (0.5: a fair coin). Above 0.5 in SFT data "
+        "it reproduces a position-biased teacher (every verdict right, the better response usually first): the judge "
+        "learns a prior for A that RL on fair pairs has to unlearn (the demo, docs/CRITIC.md).",
+    )
     success_threshold: float = Field(0.5, description="A source reward at or above this is 'correct'.")
 
     @model_validator(mode="after")
     def _single_turn_sources(self) -> "CriticCalibrationConfig":
         for entry in self.sources:
             if entry.make().multi_turn:
-                raise ValueError(f"sources: {entry.name!r} is multi-turn; calibration pairs need single-turn verifiable gyms")
+                raise ValueError(
+                    f"sources: {entry.name!r} is multi-turn; calibration pairs need single-turn verifiable gyms"
+                )
         return self
 
 
@@ -134,8 +157,14 @@ class CriticCalibrationEnv(Environment):
 
     def task_for(self, pair: CalibrationPair) -> Task:
         """The judge task of a pair under this env's rubrics and placement seed."""
-        return calibration_task(pair, self.rubrics, self.config.placement_seed, self.name, compact=self.config.prompt_style == "compact",
-                                correct_at_a=self.config.correct_at_a)
+        return calibration_task(
+            pair,
+            self.rubrics,
+            self.config.placement_seed,
+            self.name,
+            compact=self.config.prompt_style == "compact",
+            correct_at_a=self.config.correct_at_a,
+        )
 
     def reference_pairs(self, split: Split, seed: int, n: int) -> Iterator[CalibrationPair]:
         """Gold answer vs a wrong one (`pair_kind`) per source task, both checked by the source's verifier."""
@@ -147,12 +176,9 @@ class CriticCalibrationEnv(Environment):
                     continue
                 gold = str(task.answer)
                 correct = self.config.answer_template.format(answer=gold)
-                wrong = self.wrong_reply(gold, rng)
-                env, thr = self.source_envs[name], self.config.success_threshold
-                rc, rw = env.score(task, correct).value, env.score(task, wrong).value
-                if rc >= thr > rw:
-                    yield CalibrationPair(source_env=name, source_task_id=task.id, prompt=list(task.messages), correct=correct,
-                                          wrong=wrong, correct_reward=rc, wrong_reward=rw)
+                pair = verified_pair(self.source_envs[name], task, correct, self.wrong_reply(gold, rng))
+                if pair.correct_reward >= self.config.success_threshold > pair.wrong_reward:
+                    yield pair
 
     def wrong_reply(self, gold: str, rng: random.Random) -> str:
         """The wrong response of a reference pair: a neighbouring number, or a malformed reply (`pair_kind`)."""
@@ -166,8 +192,12 @@ class CriticCalibrationEnv(Environment):
         """The split's pairs file when configured, else reference pairs from the sources' same split
         (shifted: the sources' shifted tasks; a source without one raises)."""
         check_split(self.name, split, SPLITS)
-        paths = {"train": self.config.train_pairs_path, "dev": self.config.dev_pairs_path,
-                 "test": self.config.heldout_pairs_path, "shifted": None}
+        paths = {
+            "train": self.config.train_pairs_path,
+            "dev": self.config.dev_pairs_path,
+            "test": self.config.heldout_pairs_path,
+            "shifted": None,
+        }
         path = paths[split]
         limit = DEFAULT_TASKS if n is None else max(n, 0)
         pairs = iter(load_pairs(path)) if path else self.reference_pairs(split, seed, limit)
@@ -185,7 +215,9 @@ class CriticCalibrationEnv(Environment):
         if source is None or not isinstance(responses, list) or len(responses) != 2 or not isinstance(prompt, list):
             return None
         messages = [Message.model_validate(message) for message in prompt]
-        source_task = Task(id=str(meta.get("source_task_id")), env=source.name, task_type=source.task_type, messages=messages)
+        source_task = Task(
+            id=str(meta.get("source_task_id")), env=source.name, task_type=source.task_type, messages=messages
+        )
         steps = source.worked_solution(source_task)
         if steps is None:
             return None
@@ -194,6 +226,7 @@ class CriticCalibrationEnv(Environment):
     def score(self, task: Task, response: str) -> Reward:
         """1.0 when the verdict names the verified-correct position (task.answer), else 0."""
         if task.answer not in ("A", "B"):
-            return Reward(value=0.0, breakdown={"agree": 0.0, "parsed": 0.0}, error=f"task {task.id!r} has no gold position A/B")
+            return Reward(
+                value=0.0, breakdown={"agree": 0.0, "parsed": 0.0}, error=f"task {task.id!r} has no gold position A/B"
+            )
         return agreement(task, response)
-

@@ -53,8 +53,7 @@ PROMPT = (
 )
 JUDGE_SYSTEM = "You check whether a sentence is supported by a context. Reply with yes or no."
 JUDGE_PROMPT = (
-    "Context:\n{context}\n\nSentence: {sentence}\n\n"
-    "Is this sentence supported by the context? Answer yes or no."
+    "Context:\n{context}\n\nSentence: {sentence}\n\nIs this sentence supported by the context? Answer yes or no."
 )
 STOPWORDS = frozenset(
     """a an the and or but if then so of to in on at by for with from into onto over under about as is are was
@@ -115,7 +114,7 @@ def _context_index(context: str) -> tuple[tuple[frozenset[str], bool], ...]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SentenceVerdict:
     """One sentence's judgement: supported (None = no usable verdict) and a short detail."""
 
     supported: bool | None
@@ -127,7 +126,7 @@ class SentenceJudge(Protocol):
 
     name: str
 
-    def judge(self, context: str, sentence: str, question: str = "") -> Verdict:
+    def judge(self, context: str, sentence: str, question: str = "") -> SentenceVerdict:
         """Whether `sentence` is supported by `context` (`question` is what it answers)."""
         ...
 
@@ -154,10 +153,10 @@ class LexicalOverlapJudgeFallback:
         overlap, ctx_negated = max(scored, key=lambda item: item[0])
         return overlap, ctx_negated == negated(sentence)
 
-    def judge(self, context: str, sentence: str, question: str = "") -> Verdict:
+    def judge(self, context: str, sentence: str, question: str = "") -> SentenceVerdict:
         overlap, same_polarity = self.best_match(context, sentence, question)
         detail = f"overlap={overlap:.2f}" + ("" if same_polarity else " negation mismatch")
-        return Verdict(overlap >= self.threshold and same_polarity, detail)
+        return SentenceVerdict(overlap >= self.threshold and same_polarity, detail)
 
 
 def parse_yes_no(reply: str) -> bool | None:
@@ -178,7 +177,7 @@ class LLMSentenceJudge:
         self.client = client
         self.chat_kwargs = chat_kwargs or {}
 
-    def judge(self, context: str, sentence: str, question: str = "") -> Verdict:
+    def judge(self, context: str, sentence: str, question: str = "") -> SentenceVerdict:
         messages = [
             Message(role="system", content=JUDGE_SYSTEM),
             Message(role="user", content=JUDGE_PROMPT.format(context=context, sentence=sentence)),
@@ -186,9 +185,9 @@ class LLMSentenceJudge:
         try:
             reply = self.client.chat(messages, **self.chat_kwargs)
         except Exception as err:  # a flaky judge must not crash scoring
-            return Verdict(None, f"client error: {type(err).__name__}: {err}"[:ERROR_CHARS])
+            return SentenceVerdict(None, f"client error: {type(err).__name__}: {err}"[:ERROR_CHARS])
         verdict = parse_yes_no(reply if isinstance(reply, str) else str(reply))
-        return Verdict(verdict, "" if verdict is not None else f"unparsed reply: {str(reply)[:ERROR_CHARS]!r}")
+        return SentenceVerdict(verdict, "" if verdict is not None else f"unparsed reply: {str(reply)[:ERROR_CHARS]!r}")
 
 
 class FaithfulnessConfig(EnvConfig):
@@ -271,7 +270,7 @@ class FaithfulnessEnv(Environment):
                 metadata={"source": self.config.data_path or "builtin"},
             )
 
-    def _judge_all(self, context: str, question: str, sentences: list[str]) -> list[Verdict]:
+    def _judge_all(self, context: str, question: str, sentences: list[str]) -> list[SentenceVerdict]:
         return [self.judge.judge(context, sentence, question) for sentence in sentences[: self.config.max_sentences]]
 
     def score(self, task: Task, response: str) -> Reward:

@@ -351,34 +351,105 @@ class LetterFrequency(Constraint):
 CONSTRAINTS: dict[str, type[Constraint]] = {
     cls.kind: cls
     for cls in (
-        WordCount, SentenceCount, ParagraphCount, IncludeKeywords, ForbiddenWords, JsonFormat, Lowercase,
-        Uppercase, BulletCount, StartsWith, EndsWith, NoCommas, Title, Placeholders, LetterFrequency,
+        WordCount,
+        SentenceCount,
+        ParagraphCount,
+        IncludeKeywords,
+        ForbiddenWords,
+        JsonFormat,
+        Lowercase,
+        Uppercase,
+        BulletCount,
+        StartsWith,
+        EndsWith,
+        NoCommas,
+        Title,
+        Placeholders,
+        LetterFrequency,
     )
 }
 _CONFLICT_PAIRS = [
-    ("lowercase", "uppercase"), ("starts_with", "lowercase"), ("starts_with", "uppercase"),
-    ("ends_with", "lowercase"), ("ends_with", "uppercase"), ("starts_with", "title"),
-    ("sentence_count", "bullet_count"), ("sentence_count", "paragraph_count"), ("sentence_count", "title"),
-] + [("json_format", other) for other in (
-    "paragraph_count", "bullet_count", "title", "starts_with", "ends_with", "sentence_count", "no_commas", "uppercase",
-)]
+    ("lowercase", "uppercase"),
+    ("starts_with", "lowercase"),
+    ("starts_with", "uppercase"),
+    ("ends_with", "lowercase"),
+    ("ends_with", "uppercase"),
+    ("starts_with", "title"),
+    ("sentence_count", "bullet_count"),
+    ("sentence_count", "paragraph_count"),
+    ("sentence_count", "title"),
+] + [
+    ("json_format", other)
+    for other in (
+        "paragraph_count",
+        "bullet_count",
+        "title",
+        "starts_with",
+        "ends_with",
+        "sentence_count",
+        "no_commas",
+        "uppercase",
+    )
+]
 CONFLICTS: frozenset[frozenset[str]] = frozenset(frozenset(pair) for pair in _CONFLICT_PAIRS)
 
-KEYWORDS = ["river", "lantern", "harvest", "signal", "garden", "compass", "window", "bridge", "mountain", "engine",
-            "library", "ocean", "candle", "market", "puzzle", "journey", "forest", "rocket", "recipe", "teacher"]
+KEYWORDS = [
+    "river",
+    "lantern",
+    "harvest",
+    "signal",
+    "garden",
+    "compass",
+    "window",
+    "bridge",
+    "mountain",
+    "engine",
+    "library",
+    "ocean",
+    "candle",
+    "market",
+    "puzzle",
+    "journey",
+    "forest",
+    "rocket",
+    "recipe",
+    "teacher",
+]
 FORBIDDEN = ["very", "really", "good", "thing", "just", "also", "many", "important", "great", "nice"]
 START_PHRASES = ["Sure thing", "Here is my answer", "Dear reader", "In short", "Let me explain"]
 END_PHRASES = ["Is there anything else I can help with?", "Thank you for reading.", "That is all.", "Have a nice day!"]
 TEMPLATES = [
-    "Write a short blog post about {topic}.", "Write a letter to a friend about {topic}.",
-    "Describe {topic} to a curious ten-year-old.", "Write a product pitch for an app about {topic}.",
-    "Give advice to someone who wants to get into {topic}.", "Write a short story involving {topic}.",
-    "Summarize the pros and cons of {topic}.", "Write a short speech about {topic}.",
+    "Write a short blog post about {topic}.",
+    "Write a letter to a friend about {topic}.",
+    "Describe {topic} to a curious ten-year-old.",
+    "Write a product pitch for an app about {topic}.",
+    "Give advice to someone who wants to get into {topic}.",
+    "Write a short story involving {topic}.",
+    "Summarize the pros and cons of {topic}.",
+    "Write a short speech about {topic}.",
 ]
-TOPICS = ["urban gardening", "learning a new language", "the history of bicycles", "saving money", "rainy days",
-          "space exploration", "cooking for friends", "a morning routine", "public libraries", "ocean tides",
-          "electric cars", "board games", "mountain hiking", "homemade bread", "night trains", "honeybees",
-          "remote work", "street music", "winter festivals", "old maps"]
+TOPICS = [
+    "urban gardening",
+    "learning a new language",
+    "the history of bicycles",
+    "saving money",
+    "rainy days",
+    "space exploration",
+    "cooking for friends",
+    "a morning routine",
+    "public libraries",
+    "ocean tides",
+    "electric cars",
+    "board games",
+    "mountain hiking",
+    "homemade bread",
+    "night trains",
+    "honeybees",
+    "remote work",
+    "street music",
+    "winter festivals",
+    "old maps",
+]
 
 
 def constraint_from_spec(spec: dict[str, Any]) -> Constraint:
@@ -500,9 +571,10 @@ class InstructionFollowingEnv(Environment):
         if produced == 0:
             raise ValueError(
                 f"instruction_following: every train prompt drawn is a held-out dev/test prompt: constraint_kinds "
-                f"{self.config.constraint_kinds} with max_constraints={self.config.max_constraints} give too few distinct "
-                f"prompts for test_size={self.config.test_size} + dev_size={self.config.dev_size}; lower test_size and "
-                f"dev_size or allow more kinds / constraints")
+                f"{self.config.constraint_kinds} with max_constraints={self.config.max_constraints} give too few "
+                f"distinct prompts for test_size={self.config.test_size} + dev_size={self.config.dev_size}; lower "
+                f"test_size and dev_size or allow more kinds / constraints"
+            )
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         """Train: a seeded stream without dev/test prompts; dev, test: fixed sets (no shifted split)."""

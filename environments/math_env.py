@@ -28,15 +28,11 @@ from __future__ import annotations
 import logging
 import random
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
-
-# math-verify warns that its own timeouts are off; the reward workers' per-call timeout replaces them.
-logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 from environments.answer_extraction import (
     DEFAULT_TAIL_CHARS,
@@ -50,7 +46,10 @@ from environments.worked import chain_steps, expression_of
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
-from k2post.envs.splits import SPLITS, check_split, split_of_bucket
+from k2post.envs.splits import SPLITS, check_split, hash_bucket, split_of_bucket
+
+# math-verify warns that its own timeouts are off; the reward workers' per-call timeout replaces them.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 ProblemType = Literal["add", "sub", "mul", "div", "word", "linear"]
 PROBLEM_TYPES: tuple[ProblemType, ...] = ("add", "sub", "mul", "div", "word", "linear")
@@ -75,7 +74,9 @@ class MathConfig(EnvConfig):
     )
     train_size: int = Field(10000, gt=0, description="Train tasks yielded when `n` is not given.")
     test_size: int = Field(200, gt=0, description="Size of the fixed held-out test set.")
-    dev_size: int = Field(200, gt=0, description="Size of the fixed dev set (for choosing settings; disjoint from test).")
+    dev_size: int = Field(
+        200, gt=0, description="Size of the fixed dev set (for choosing settings; disjoint from test)."
+    )
     shifted_size: int = Field(200, gt=0, description="Size of the fixed shifted set (generalization; see shifted_*).")
     train_seed: int = Field(0, description="Base seed of the train stream (combined with the `seed` argument).")
     test_seed: int = Field(1, description="Seed of the held-out test set.")
@@ -85,7 +86,9 @@ class MathConfig(EnvConfig):
         None, ge=1, le=5, description="Difficulty of the shifted split (null: difficulty + 1, at most 5)."
     )
     shifted_problem_types: list[ProblemType] | None = Field(
-        None, min_length=1, description="Problem kinds of the shifted split (null: problem_types; others are unseen kinds)."
+        None,
+        min_length=1,
+        description="Problem kinds of the shifted split (null: problem_types; others are unseen kinds).",
     )
     instruction: str = Field(
         "Put your final answer in \\boxed{}.", description="Appended to every question on its own line."
@@ -242,10 +245,6 @@ def gold_from_solution(text: str) -> str:
     return extract_hash(text) or extract_boxed(text) or text.strip()
 
 
-def _question_hash(question: str) -> int:
-    return zlib.crc32(question.encode("utf-8"))
-
-
 @register_environment
 class MathEnv(Environment):
     """Arithmetic / algebra questions with a single numeric (or LaTeX) gold answer."""
@@ -392,7 +391,9 @@ class MathEnv(Environment):
         data = load_from_disk(self.config.hf_dataset_path)
         explicit: set[str] = set()
         if isinstance(data, DatasetDict):
-            explicit = {split_name for split_name, names in HF_SPLIT_NAMES.items() if any(name in data for name in names)}
+            explicit = {
+                split_name for split_name, names in HF_SPLIT_NAMES.items() if any(name in data for name in names)
+            }
             if split in explicit and split != "train":
                 return self._rows_of(next(data[name] for name in HF_SPLIT_NAMES[split] if name in data))
             data = data["train"] if "train" in data else next(iter(data.values()))
@@ -401,7 +402,7 @@ class MathEnv(Environment):
 
     def _hash_split(self, question: str, explicit: set[str]) -> str:
         """A pool question's split by hash; a share whose split the dataset has explicitly is train."""
-        bucket = _question_hash(question) % 1000 / 1000
+        bucket = hash_bucket(question)
         split = split_of_bucket(bucket, self.config.hf_test_fraction, self.config.hf_dev_fraction)
         return "train" if split in explicit else split
 

@@ -105,7 +105,9 @@ def derived_shift(dataset: str, dataset_config: dict[str, Any]) -> dict[str, Any
     ints = {key: value for key, value in values.items() if isinstance(value, int) and not isinstance(value, bool)}
     pairs = [key[4:] for key in ints if key.startswith("max_") and f"min_{key[4:]}" in ints]
     if not pairs:
-        raise ValueError(f"reasoning_gym: dataset {dataset!r} has no min_*/max_* integer range to shift: set shifted_config")
+        raise ValueError(
+            f"reasoning_gym: dataset {dataset!r} has no min_*/max_* integer range to shift: set shifted_config"
+        )
     top = ints[f"max_{pairs[0]}"] + 1
     return {**dataset_config, f"min_{pairs[0]}": top, f"max_{pairs[0]}": top}
 
@@ -187,7 +189,9 @@ class ReasoningGymEnv(Environment):
 
     @cached_property
     def _dev_set(self) -> FixedSet:
-        return self._fixed_set(self.config.dev_seed, self._config_json, self.config.dev_size, self._test_set.questions())
+        return self._fixed_set(
+            self.config.dev_seed, self._config_json, self.config.dev_size, self._test_set.questions()
+        )
 
     @cached_property
     def _shifted_set(self) -> FixedSet:
@@ -230,9 +234,10 @@ class ReasoningGymEnv(Environment):
                 yield self._make_task(f"train-s{seed}", index, entry, source)
         if produced == 0:
             raise ValueError(
-                f"reasoning_gym: every train question of {self.config.dataset} {self.config.dataset_config} is a dev/test "
-                f"question: too few distinct questions for test_size={self.config.test_size} + dev_size="
-                f"{self.config.dev_size}; widen dataset_config or lower them")
+                f"reasoning_gym: every train question of {self.config.dataset} {self.config.dataset_config} is a "
+                f"dev/test question: too few distinct questions for test_size={self.config.test_size} + dev_size="
+                f"{self.config.dev_size}; widen dataset_config or lower them"
+            )
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         """Up to `n` tasks (default: the split's size); train skips dev/test questions; fixed sets are distinct."""

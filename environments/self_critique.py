@@ -42,13 +42,20 @@ BUILTIN_PROMPTS = Path(__file__).resolve().parent / "data" / "chat_prompts.jsonl
 class SelfCritiqueConfig(EnvConfig):
     """Config of the `self_critique` environment."""
 
-    prompts_path: str | None = Field(None, description="JSONL of {id, prompt, rubrics: [text, ...]}; default: the shipped set.")
-    test_every: int = Field(5, ge=2, description="Every test_every-th prompt (file order) is test, the next one dev (when >= 3).")
+    prompts_path: str | None = Field(
+        None, description="JSONL of {id, prompt, rubrics: [text, ...]}; default: the shipped set."
+    )
+    test_every: int = Field(
+        5, ge=2, description="Every test_every-th prompt (file order) is test, the next one dev (when >= 3)."
+    )
     judge: Literal["policy", "http"] = Field(
-        "policy", description="Who judges: the policy's own engine (K2's actor = critic) or an OpenAI-compatible endpoint."
+        "policy",
+        description="Who judges: the policy's own engine (K2's actor = critic) or an OpenAI-compatible endpoint.",
     )
     http: HTTPClientConfig | None = Field(None, description="judge: http: the endpoint (e.g. a `k2post serve`).")
-    critic: CriticConfig = Field(default_factory=CriticConfig, description="Pairing, both-order judging, aggregation, detectors.")
+    critic: CriticConfig = Field(
+        default_factory=CriticConfig, description="Pairing, both-order judging, aggregation, detectors."
+    )
 
     @model_validator(mode="after")
     def _http_needs_endpoint(self) -> "SelfCritiqueConfig":
@@ -68,7 +75,9 @@ def load_prompts(path: str) -> tuple[dict[str, Any], ...]:
             row = json.loads(line)
             rows.append({"id": str(row["id"]), "prompt": str(row["prompt"]), "rubrics": list(row.get("rubrics") or [])})
         except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"{path}:{number}: expected {{id, prompt, rubrics}}: {type(err).__name__}: {err}") from None
+            raise ValueError(
+                f"{path}:{number}: expected {{id, prompt, rubrics}}: {type(err).__name__}: {err}"
+            ) from None
     return tuple(rows)
 
 
@@ -83,8 +92,13 @@ class SelfCritiqueEnv(GroupScoredEnvironment):
     config: SelfCritiqueConfig
 
     def _task(self, row: dict[str, Any]) -> Task:
-        return Task(id=f"chat-{row['id']}", env=self.name, task_type=self.task_type,
-                    messages=[Message(role="user", content=row["prompt"])], metadata={"rubrics": row["rubrics"]})
+        return Task(
+            id=f"chat-{row['id']}",
+            env=self.name,
+            task_type=self.task_type,
+            messages=[Message(role="user", content=row["prompt"])],
+            metadata={"rubrics": row["rubrics"]},
+        )
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         """Test: every test_every-th prompt, dev: the prompt after each (file order); train: the
@@ -108,17 +122,27 @@ class SelfCritiqueEnv(GroupScoredEnvironment):
         """The policy's client, or an HTTP client for `judge: http`."""
         if self.config.judge == "policy":
             if policy_client is None:
-                raise ValueError("self_critique: judge 'policy' needs the policy's client (the RL rollout actor passes it)")
+                raise ValueError(
+                    "self_critique: judge 'policy' needs the policy's client (the RL rollout actor passes it)"
+                )
             return policy_client
         from k2post.llm.http_client import HTTPLLMClient
 
         return HTTPLLMClient(self.config.http)
 
-    def score_groups(self, items: list[tuple[Task, list[str]]], policy_client: Any) -> tuple[list[list[Reward]], dict[str, float]]:
+    def score_groups(
+        self, items: list[tuple[Task, list[str]]], policy_client: Any
+    ) -> tuple[list[list[Reward]], dict[str, float]]:
         """Critic scores of every group (all judge prompts in one batch when the client batches)."""
         critic = Critic(self.judge_client(policy_client), self.config.critic)
-        results = critic.score_batch([(task.messages, list(responses), task_rubrics(task)) for task, responses in items])
-        rewards = [[Reward(value=score, breakdown={"pairwise": pair, "penalty": penalty}, info={"detector_hits": hits})
-                    for score, pair, penalty, hits in zip(r.scores, r.pairwise, r.penalties, r.detector_hits)]
-                   for r in results]
+        results = critic.score_batch(
+            [(task.messages, list(responses), task_rubrics(task)) for task, responses in items]
+        )
+        rewards = [
+            [
+                Reward(value=score, breakdown={"pairwise": pair, "penalty": penalty}, info={"detector_hits": hits})
+                for score, pair, penalty, hits in zip(r.scores, r.pairwise, r.penalties, r.detector_hits)
+            ]
+            for r in results
+        ]
         return rewards, Critic.metrics(results)

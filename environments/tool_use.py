@@ -1,6 +1,6 @@
 """Multi-turn tool-use gym over stateful simulated toolsets (file system, calendar, bank).
 
-Each task comes from a template of `environments.toolsets` (deterministic per seed). Splits
+Each task comes from a template of `k2post.toolsets` (deterministic per seed). Splits
 (`k2post.envs.splits`): train, dev and test are disjoint by a hash of the task's content
 (template, prompt, initial state: `scenario_split`, shared with SFT synthesis); dev and test
 hold distinct scenarios. `shifted` draws unseen templates (`shifted_templates`, default: the
@@ -30,15 +30,15 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from environments.toolsets import (
+from k2post.toolsets import (
     TEMPLATES,
     TEMPLATES_BY_TOOLSET,
     TOOLSETS,
     AnyToolsetState,
     load_state,
 )
-from environments.toolsets.base import ERROR_PREFIX, is_error
-from environments.toolsets.checks import (
+from k2post.toolsets.base import ERROR_PREFIX, SYSTEM_PROMPT, is_error
+from k2post.toolsets.checks import (
     DEV_FRACTION,
     Scenario,
     ToolCallRecord,
@@ -55,55 +55,34 @@ from k2post.envs.base import EnvConfig, MultiTurnEnvironment, Reward, Split, Ste
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import SPLITS, check_split
 
-SYSTEM_PROMPT = (
-    "You are an assistant that completes the user's request by calling the tools of {what}. "
-    "Call tools as needed and read their results; when you are done, reply to the user in plain "
-    "text without tool calls (that message ends the conversation). {context}"
-)
 ANSWER_PREVIEW_CHARS = 500
 
 
 class ToolUseConfig(EnvConfig):
     """Config of the tool-use gym."""
 
-    toolsets: list[str] = Field(
-        default_factory=lambda: list(TOOLSETS), description="Toolsets to draw tasks from."
-    )
+    toolsets: list[str] = Field(default_factory=lambda: list(TOOLSETS), description="Toolsets to draw tasks from.")
     templates: list[str] = Field(
         default_factory=list,
         description="Only these templates (empty: every template of `toolsets`).",
     )
     max_turns: int = Field(8, ge=1, description="Assistant turns before the episode is cut off.")
-    max_calls_per_turn: int = Field(
-        16, ge=1, description="Tool calls executed per turn; more get an error."
-    )
+    max_calls_per_turn: int = Field(16, ge=1, description="Tool calls executed per turn; more get an error.")
     failure_rate: float = Field(
         0.0,
         ge=0.0,
         le=1.0,
         description="Probability that a valid tool call fails transiently (seeded).",
     )
-    success_weight: float = Field(
-        0.6, ge=0.0, description="Weight of the success checks on the final state."
-    )
-    checkpoint_weight: float = Field(
-        0.3, ge=0.0, description="Weight of the fraction of checkpoints passed."
-    )
+    success_weight: float = Field(0.6, ge=0.0, description="Weight of the success checks on the final state.")
+    checkpoint_weight: float = Field(0.3, ge=0.0, description="Weight of the fraction of checkpoints passed.")
     answer_weight: float = Field(0.1, ge=0.0, description="Weight of the final-answer check.")
-    test_fraction: float = Field(
-        0.1, gt=0.0, lt=1.0, description="Share of the task space held out as test."
-    )
-    dev_fraction: float = Field(
-        DEV_FRACTION, gt=0.0, lt=1.0, description="Share of the task space held out as dev."
-    )
-    train_size: int = Field(
-        5000, ge=1, description="Tasks of the train split when `n` is not given."
-    )
+    test_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="Share of the task space held out as test.")
+    dev_fraction: float = Field(DEV_FRACTION, gt=0.0, lt=1.0, description="Share of the task space held out as dev.")
+    train_size: int = Field(5000, ge=1, description="Tasks of the train split when `n` is not given.")
     test_size: int = Field(200, ge=1, description="Tasks of the test split when `n` is not given.")
     dev_size: int = Field(200, ge=1, description="Tasks of the dev split when `n` is not given.")
-    shifted_size: int = Field(
-        200, ge=1, description="Tasks of the shifted split when `n` is not given."
-    )
+    shifted_size: int = Field(200, ge=1, description="Tasks of the shifted split when `n` is not given.")
     shifted_templates: list[str] | None = Field(
         None,
         description="Unseen templates of the shifted split (null: the templates of `toolsets` left "
@@ -112,24 +91,16 @@ class ToolUseConfig(EnvConfig):
 
     @model_validator(mode="after")
     def _check(self) -> ToolUseConfig:
-        unknown = sorted(set(self.toolsets) - set(TOOLSETS)) + sorted(
-            set(self.templates) - set(TEMPLATES)
-        )
+        unknown = sorted(set(self.toolsets) - set(TOOLSETS)) + sorted(set(self.templates) - set(TEMPLATES))
         if unknown:
-            raise ValueError(
-                f"unknown toolsets/templates {unknown}; "
-                f"known: {sorted(TOOLSETS)}, {sorted(TEMPLATES)}"
-            )
+            raise ValueError(f"unknown toolsets/templates {unknown}; known: {sorted(TOOLSETS)}, {sorted(TEMPLATES)}")
         if self.success_weight + self.checkpoint_weight + self.answer_weight <= 0:
             raise ValueError("the reward weights must not all be 0")
         if not self.toolsets:
             raise ValueError("toolsets must not be empty")
         allowed = {name for toolset in self.toolsets for name in TEMPLATES_BY_TOOLSET[toolset]}
         if self.templates and not set(self.templates) <= allowed:
-            raise ValueError(
-                f"templates {sorted(set(self.templates) - allowed)} "
-                f"are not in toolsets {self.toolsets}"
-            )
+            raise ValueError(f"templates {sorted(set(self.templates) - allowed)} are not in toolsets {self.toolsets}")
         if self.test_fraction + self.dev_fraction >= 1.0:
             raise ValueError("test_fraction + dev_fraction must be below 1 (train needs the rest)")
         return self._check_shift(allowed)
@@ -143,8 +114,7 @@ class ToolUseConfig(EnvConfig):
         seen = sorted(set(self.shifted_templates) & trained)
         if unknown or seen or not self.shifted_templates:
             raise ValueError(
-                f"shifted_templates must be known templates that are not trained on: unknown "
-                f"{unknown}, trained {seen}"
+                f"shifted_templates must be known templates that are not trained on: unknown {unknown}, trained {seen}"
             )
         return self
 
@@ -155,9 +125,7 @@ class ToolUseState(BaseModel):
     task_id: str = Field(description="Id of the task being played.")
     world: AnyToolsetState = Field(description="The toolset state the calls act on.")
     calls: list[ToolCallRecord] = Field(default_factory=list, description="Every call, in order.")
-    errors: list[str] = Field(
-        default_factory=list, description="Malformed-call messages, in order."
-    )
+    errors: list[str] = Field(default_factory=list, description="Malformed-call messages, in order.")
     turns: int = Field(0, description="Assistant turns taken.")
     max_turns: int = Field(8, description="Turn limit.")
     next_call_index: int = Field(0, description="Dialogue-wide index of the next call id.")
@@ -180,9 +148,7 @@ def _parse_error_messages(errors: list[ToolCallParseError], first_index: int) ->
     for offset, error in enumerate(errors):
         message = error.to_tool_message()
         if message is None:
-            message = _error_message(
-                format_call_id("invalid", first_index + offset), f"{ERROR_PREFIX}{error.message}"
-            )
+            message = _error_message(format_call_id("invalid", first_index + offset), f"{ERROR_PREFIX}{error.message}")
         messages.append(message)
     return messages
 
@@ -198,9 +164,7 @@ def _read_call(raw: Any, call_id: str, offset: int) -> ToolCall | Message:
     return _error_message(call_id, f"{ERROR_PREFIX}tool call {offset}: unreadable call ({detail})")
 
 
-def _calls_from_dict(
-    data: dict[str, Any], first_index: int
-) -> tuple[list[ToolCall], list[Message]]:
+def _calls_from_dict(data: dict[str, Any], first_index: int) -> tuple[list[ToolCall], list[Message]]:
     """Calls of an OpenAI-style message dict; unreadable ones become error messages."""
     calls: list[ToolCall] = []
     errors: list[Message] = []
@@ -243,11 +207,7 @@ def _split_turn(
     if isinstance(assistant, dict):
         content = _text_of(assistant.get("content"))
         if not assistant.get("tool_calls"):
-            return (
-                _parse_text(content, first_index)
-                if _has_call_tokens(content)
-                else (content, [], [])
-            )
+            return _parse_text(content, first_index) if _has_call_tokens(content) else (content, [], [])
         calls, errors = _calls_from_dict(assistant, first_index)
         return content, calls, errors
     return _parse_text(assistant if isinstance(assistant, str) else "", first_index)
@@ -268,9 +228,7 @@ class ToolUseEnv(MultiTurnEnvironment):
     def template_names(self) -> list[str]:
         """The templates tasks are drawn from."""
         names = [name for toolset in self.config.toolsets for name in TEMPLATES_BY_TOOLSET[toolset]]
-        return [
-            name for name in names if not self.config.templates or name in self.config.templates
-        ]
+        return [name for name in names if not self.config.templates or name in self.config.templates]
 
     def tools(self) -> list[ToolSpec]:
         """Every tool of the configured toolsets (a task uses those of its own toolset)."""
@@ -416,28 +374,20 @@ class ToolUseEnv(MultiTurnEnvironment):
         episode = state if isinstance(state, ToolUseState) else ToolUseState.model_validate(state)
         world = episode.world.model_dump(mode="json")
         failed = [
-            check.description or dump_json(check.path)
-            for check in scenario.success
-            if not check_state(check, world)
+            check.description or dump_json(check.path) for check in scenario.success if not check_state(check, world)
         ]
-        checkpoints = {
-            cp.id: float(check_checkpoint(cp, episode.calls, world)) for cp in scenario.checkpoints
-        }
+        checkpoints = {cp.id: float(check_checkpoint(cp, episode.calls, world)) for cp in scenario.checkpoints}
         answer = self._answer_ok(scenario, episode, succeeded=not failed)
         parts = [
             (self.config.success_weight, 0.0 if failed else 1.0),
             (self.config.answer_weight, answer),
         ]
         if checkpoints:
-            parts.append(
-                (self.config.checkpoint_weight, sum(checkpoints.values()) / len(checkpoints))
-            )
+            parts.append((self.config.checkpoint_weight, sum(checkpoints.values()) / len(checkpoints)))
         total = sum(weight for weight, _ in parts)
         value = sum(weight * part for weight, part in parts) / total if total > 0 else 0.0
         breakdown = {"final_state": 0.0 if failed else 1.0, **checkpoints, "answer": answer}
-        return Reward(
-            value=min(1.0, max(0.0, value)), breakdown=breakdown, info=self._info(episode, failed)
-        )
+        return Reward(value=min(1.0, max(0.0, value)), breakdown=breakdown, info=self._info(episode, failed))
 
     @staticmethod
     def _answer_ok(scenario: Scenario, episode: ToolUseState, succeeded: bool) -> float:

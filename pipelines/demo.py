@@ -1,15 +1,17 @@
 """End-to-end smoke run: build (or load) the model, chat with it through vLLM, compare with transformers.
 
     python -m pipelines.demo configs/demo.yaml [key.path=value ...]
+    k2post demo configs/demo.yaml [key.path=value ...]            # the same (`make smoke`)
 
-Writes `<run_dir>/generations.jsonl` and `<run_dir>/summary.json`. Grows into SFT + RL as
-those parts land.
+Writes `<run_dir>/generations.jsonl` and `<run_dir>/summary.json`. Exit status 0 when vLLM's greedy
+output matches transformers' (or the check is off), 1 when it does not, 2 on a config error (one
+line `k2post demo: error: ...`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from rich.table import Table
 
 from k2post.chat.template import render_ids
 from k2post.chat.types import Message
+from k2post.command import add_config_arguments, command_parser, run_command
 from k2post.config.registry import load_run_config
 from k2post.config.runs import DemoConfig
 from k2post.models.loading import ensure_model, load_causal_lm, load_tokenizer
@@ -74,12 +77,17 @@ def run_demo(cfg: DemoConfig) -> dict:
 def _write_outputs(cfg, run_dir, model_dir, tokenizer, vllm_out, hf_out, timings) -> dict:
     rows = []
     for i, (prompt, gen) in enumerate(zip(cfg.prompts, vllm_out)):
-        row = {"prompt": prompt, "response": gen.text, "token_ids": gen.token_ids,
-               "mean_logprob": sum(gen.logprobs) / max(1, len(gen.logprobs)),
-               "finish_reason": gen.finish_reason}
+        row = {
+            "prompt": prompt,
+            "response": gen.text,
+            "token_ids": gen.token_ids,
+            "mean_logprob": sum(gen.logprobs) / max(1, len(gen.logprobs)),
+            "finish_reason": gen.finish_reason,
+        }
         if hf_out is not None:
             row["matches_transformers"] = _strip_stop(hf_out[i], tokenizer.eos_token_id) == _strip_stop(
-                gen.token_ids, tokenizer.eos_token_id)
+                gen.token_ids, tokenizer.eos_token_id
+            )
         rows.append(row)
     with open(run_dir / "generations.jsonl", "w") as f:
         for row in rows:
@@ -113,14 +121,23 @@ def _print_table(rows: list[dict]) -> None:
     console.print(table)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        console.print("usage: python -m pipelines.demo CONFIG [key.path=value ...]")
-        return 2
-    cfg = load_run_config(argv[0], argv[1:], expected_kind="demo")
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser(
+        "demo", "engine smoke check: tiny model chatting through vLLM, checked against transformers"
+    )
+    add_config_arguments(parser, "demo", "configs/demo.yaml")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the config and run the demo; 1 when vLLM and transformers disagree."""
+    cfg = load_run_config(args.file, args.overrides, expected_kind="demo")
     summary = run_demo(cfg)
     return 0 if summary["greedy_match_transformers"] in (True, None) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv, run)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ goes to `run_dir/logs/<stage>.log` and the essentials to the console. A stage wh
 complete is skipped and a cut SFT or RL run is resumed, so a rerun after Ctrl-C continues
 (`fresh: true` starts over). At the end: held-out accuracy per environment before and after RL
 (`run_dir/report.json`, `run_dir/heldout_before_after.png`, the table on the console), with the
-RL run's own plots in `run_dir/rl/plots/`.
+RL run's own plots in `run_dir/rl/plots/`. Exit status 2 on a config error or a failed stage (one line
+`k2post recipe: error: ...`; for a failed stage it names the stage's log).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -27,20 +29,24 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from k2post.command import UserError, add_config_arguments, command_parser, run_command
 from k2post.config.loader import ConfigError
 from k2post.config.registry import load_run_config
 from k2post.config.runs import RecipeConfig
 
 console = Console(highlight=False, width=max(140, shutil.get_terminal_size((140, 24)).columns))
 # Lines of the children's output shown on the console (the log files keep everything).
-SHOWN = re.compile(r"^(synth:|step \d+/|\{\"completed\"|rl: |model written|report:|\s*\S+\s+\d+\s+\d\.\d{3}|[┏┃┡│└]|k2post: error|.*Error)")
+SHOWN = re.compile(
+    r"^(synth:|step \d+/|\{\"completed\"|rl: |model written|report:|\s*\S+\s+\d+\s+\d\.\d{3}|"
+    r"[┏┃┡│└]|k2post( \w+)?: error|.*Error)"
+)
 
 
 # Where each stage config keeps the seed the recipe's `seed` sets.
 SEED_FIELDS = {"synth": "seed", "sft": "train.seed", "rl": "seed"}
 
 
-class StageError(RuntimeError):
+class StageError(UserError, RuntimeError):
     """A stage's command failed; the message names it and its log."""
 
 
@@ -55,8 +61,12 @@ def run_stage(name: str, command: list[str], logs: Path, timings: dict[str, floa
     console.print(f"[bold cyan]> {name}[/]: {' '.join(command[2:])}")
     started = time.perf_counter()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with open(log_path, "w") as log, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                                      env=env, bufsize=1) as proc:
+    with (
+        open(log_path, "w") as log,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        ) as proc,
+    ):
         for line in proc.stdout:
             log.write(line)
             if SHOWN.match(line):
@@ -72,7 +82,9 @@ def env_names(rl_config: str, overrides: list[str]) -> tuple[list[str], list[str
     from k2post.envs.registry import make_environment
 
     entries = load_run_config(rl_config, overrides, expected_kind="rl").envs
-    return [e.name for e in entries], [e.name for e in entries if has_split(make_environment(e.name, e.config), "shifted")]
+    return [e.name for e in entries], [
+        e.name for e in entries if has_split(make_environment(e.name, e.config), "shifted")
+    ]
 
 
 def has_split(env: Any, split: str) -> bool:
@@ -88,8 +100,12 @@ class Recipe:
 
     def __init__(self, cfg: RecipeConfig) -> None:
         self.cfg, self.run_dir = cfg, Path(cfg.run_dir)
-        self.model, self.synth, self.sft, self.rl = (Path(cfg.model.path.replace("{run_dir}", cfg.run_dir)), self.run_dir / "synth", self.run_dir / "sft",
-                                                     self.run_dir / "rl")
+        self.model, self.synth, self.sft, self.rl = (
+            Path(cfg.model.path.replace("{run_dir}", cfg.run_dir)),
+            self.run_dir / "synth",
+            self.run_dir / "sft",
+            self.run_dir / "rl",
+        )
         self.logs, self.timings = self.run_dir / "logs", {}
         self.envs, self.shifted_envs = env_names(cfg.rl, cfg.rl_overrides)
 
@@ -101,25 +117,56 @@ class Recipe:
         if self.cfg.model.flavor is None:
             raise ConfigError(f"model.path {str(self.model)!r} is not a model dir and model.flavor is null")
         seed = self.cfg.model.seed if self.cfg.seed is None else self.cfg.seed
-        run_stage("model", stage_command("model", "init", "--flavor", self.cfg.model.flavor, "--out", str(self.model),
-                                         "--seed", str(seed)), self.logs, self.timings)
+        run_stage(
+            "model",
+            stage_command(
+                "model", "init", "--flavor", self.cfg.model.flavor, "--out", str(self.model), "--seed", str(seed)
+            ),
+            self.logs,
+            self.timings,
+        )
 
     def stage_synth(self) -> None:
         if (self.synth / "stats.json").is_file() and (self.synth / "dataset").is_dir():
             return
-        run_stage("synth", stage_command("synth", self.cfg.synth, f"out_dir={self.synth}", *self.seed_override("synth"),
-                                         *self.cfg.synth_overrides), self.logs, self.timings)
+        run_stage(
+            "synth",
+            stage_command(
+                "synth",
+                self.cfg.synth,
+                f"out_dir={self.synth}",
+                *self.seed_override("synth"),
+                *self.cfg.synth_overrides,
+            ),
+            self.logs,
+            self.timings,
+        )
 
     def stage_sft(self) -> None:
         if (self.sft / "final" / "config.json").is_file():
             return
         resume = ["resume=true"] if self.sft.exists() else []
-        run_stage("sft", stage_command("sft", self.cfg.sft, f"run_dir={self.sft}", f"model.path={self.model}", "model.flavor=null",
-                                       f"data.path={self.synth / 'dataset'}", *resume, *self.seed_override("sft"), *self.cfg.sft_overrides),
-                  self.logs, self.timings)
+        run_stage(
+            "sft",
+            stage_command(
+                "sft",
+                self.cfg.sft,
+                f"run_dir={self.sft}",
+                f"model.path={self.model}",
+                "model.flavor=null",
+                f"data.path={self.synth / 'dataset'}",
+                *resume,
+                *self.seed_override("sft"),
+                *self.cfg.sft_overrides,
+            ),
+            self.logs,
+            self.timings,
+        )
 
     def seed_override(self, kind: str) -> list[str]:
-        """The recipe's seed as an override of a stage config of `kind` (before the stage's own overrides, which win)."""
+        """The recipe's seed as an override of a stage config of `kind` (before the stage's own overrides, which
+        win).
+        """
         if self.cfg.seed is None:
             return []
         return [f"{SEED_FIELDS[kind]}={self.cfg.seed}"]
@@ -128,8 +175,19 @@ class Recipe:
         stage = name if split == "test" else f"{name}_{split}"
         out = self.run_dir / "eval" / f"{stage}.json"
         if not out.is_file():
-            args = ["eval", str(target), *extra, "--n", str(self.cfg.eval_n), "--seed", str(self.cfg.eval_seed), "--split", split,
-                    "--out", str(out)]
+            args = [
+                "eval",
+                str(target),
+                *extra,
+                "--n",
+                str(self.cfg.eval_n),
+                "--seed",
+                str(self.cfg.eval_seed),
+                "--split",
+                split,
+                "--out",
+                str(out),
+            ]
             run_stage(f"eval_{stage}", stage_command(*args), self.logs, self.timings)
         return json.loads(out.read_text())
 
@@ -148,8 +206,18 @@ class Recipe:
 
         # PTX (when the RL config turns it on) reads this recipe's own SFT data; an rl_overrides entry still wins
         ptx_data = f"loss.ptx_data={self.synth / 'dataset'}"
-        cfg = load_run_config(self.cfg.rl, [*self.seed_override("rl"), ptx_data, *self.cfg.rl_overrides, f"run_dir={self.rl}",
-                                            f"model.path={self.sft / 'final'}", "model.flavor=null"], expected_kind="rl")
+        cfg = load_run_config(
+            self.cfg.rl,
+            [
+                *self.seed_override("rl"),
+                ptx_data,
+                *self.cfg.rl_overrides,
+                f"run_dir={self.rl}",
+                f"model.path={self.sft / 'final'}",
+                "model.flavor=null",
+            ],
+            expected_kind="rl",
+        )
         path = self.run_dir / "rl_config.yaml"
         path.write_text(dump_yaml(cfg))
         return path
@@ -178,34 +246,58 @@ class Recipe:
 
     def report(self, before: dict[str, Any], after: dict[str, Any], wall_s: float) -> dict[str, Any]:
         """report.json (test split under "envs", shifted sets under "shifted"), the bar chart and the console tables."""
-        sections = {split: {name: {"before": before[split]["envs"][name], "after": after[split]["envs"][name]}
-                            for name in before[split]["envs"]} for split in before}
-        report = {"seed": self.cfg.seed, "envs": sections["test"], "shifted": sections.get("shifted", {}),
-                  "mean_accuracy_before": before["test"]["mean_accuracy"], "mean_accuracy_after": after["test"]["mean_accuracy"],
-                  "eval_n": self.cfg.eval_n, "eval_seed": self.cfg.eval_seed, "stage_seconds": self.timings,
-                  "wall_s": round(wall_s, 1), "rl_plots": sorted(p.name for p in (self.rl / "plots").glob("*.png"))}
+        sections = {
+            split: {
+                name: {"before": before[split]["envs"][name], "after": after[split]["envs"][name]}
+                for name in before[split]["envs"]
+            }
+            for split in before
+        }
+        report = {
+            "seed": self.cfg.seed,
+            "envs": sections["test"],
+            "shifted": sections.get("shifted", {}),
+            "mean_accuracy_before": before["test"]["mean_accuracy"],
+            "mean_accuracy_after": after["test"]["mean_accuracy"],
+            "eval_n": self.cfg.eval_n,
+            "eval_seed": self.cfg.eval_seed,
+            "stage_seconds": self.timings,
+            "wall_s": round(wall_s, 1),
+            "rl_plots": sorted(p.name for p in (self.rl / "plots").glob("*.png")),
+        }
         rows = sections["test"]
         (self.run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         plot_before_after(rows, self.run_dir / "heldout_before_after.png")
         console.print(report_table(report))
         if report["shifted"]:
             console.print(report_table({**report, "envs": report["shifted"]}, "shifted"))
-        console.print(f"report: {self.run_dir / 'report.json'}  plot: {self.run_dir / 'heldout_before_after.png'}  "
-                      f"RL curves: {self.rl / 'plots'}/")
+        console.print(
+            f"report: {self.run_dir / 'report.json'}  plot: {self.run_dir / 'heldout_before_after.png'}  "
+            f"RL curves: {self.rl / 'plots'}/"
+        )
         return report
 
 
 def report_table(report: dict[str, Any], split: str = "test") -> Table:
     """Before/after accuracy per env; the mean row for the test split (the shifted table's mean is its own)."""
     sizes = sorted({pair["before"]["n"] for pair in report["envs"].values()})
-    title = f"held-out {split} accuracy before and after RL ({'/'.join(map(str, sizes))} tasks per env, recipe seed {report['seed']})"
+    title = (
+        f"held-out {split} accuracy before and after RL ({'/'.join(map(str, sizes))} tasks per env, "
+        f"recipe seed {report['seed']})"
+    )
     table = Table(title=title)
     for column in ("env", "before RL", "after RL", "change", "truncated before", "truncated after"):
         table.add_column(column, justify="left" if column == "env" else "right")
     for name, pair in report["envs"].items():
         b, a = pair["before"], pair["after"]
-        table.add_row(name, f"{b['accuracy']:.3f}", f"{a['accuracy']:.3f}", f"{a['accuracy'] - b['accuracy']:+.3f}",
-                      f"{b['truncation_rate']:.2f}", f"{a['truncation_rate']:.2f}")
+        table.add_row(
+            name,
+            f"{b['accuracy']:.3f}",
+            f"{a['accuracy']:.3f}",
+            f"{a['accuracy'] - b['accuracy']:+.3f}",
+            f"{b['truncation_rate']:.2f}",
+            f"{a['truncation_rate']:.2f}",
+        )
     mean_b = sum(p["before"]["accuracy"] for p in report["envs"].values()) / len(report["envs"])
     mean_a = sum(p["after"]["accuracy"] for p in report["envs"].values()) / len(report["envs"])
     table.add_row("[bold]mean", f"{mean_b:.3f}", f"{mean_a:.3f}", f"[bold]{mean_a - mean_b:+.3f}", "", "")
@@ -221,7 +313,9 @@ def plot_before_after(rows: dict[str, dict[str, dict[str, float]]], path: Path) 
     names = list(rows)
     xs = range(len(names))
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar([x - 0.2 for x in xs], [rows[n]["before"]["accuracy"] for n in names], width=0.4, label="after SFT (before RL)")
+    ax.bar(
+        [x - 0.2 for x in xs], [rows[n]["before"]["accuracy"] for n in names], width=0.4, label="after SFT (before RL)"
+    )
     ax.bar([x + 0.2 for x in xs], [rows[n]["after"]["accuracy"] for n in names], width=0.4, label="after RL")
     ax.set_xticks(list(xs), names)
     ax.set_ylim(0, 1)
@@ -232,20 +326,27 @@ def plot_before_after(rows: dict[str, dict[str, dict[str, float]]], path: Path) 
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print("usage: python -m pipelines.recipe CONFIG [key.path=value ...]", file=sys.stderr)
-        return 2
-    try:
-        cfg = load_run_config(argv[0], argv[1:], expected_kind="recipe")
-        recipe = Recipe(cfg)
-        console.print(f"[bold]recipe[/] {argv[0]} -> {cfg.run_dir}: model, synth, sft, eval, rl ({', '.join(recipe.envs)}), eval")
-        recipe.run()
-    except (ConfigError, StageError) as err:
-        print(f"recipe: error: {err}", file=sys.stderr)
-        return 2
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser(
+        "recipe", "the recipe end to end: model, synth, SFT, eval, RL, eval, report (what `make demo` runs)"
+    )
+    add_config_arguments(parser, "recipe", "configs/recipe_demo.yaml")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the recipe and every stage config (before any stage runs), then run the stages."""
+    cfg = load_run_config(args.file, args.overrides, expected_kind="recipe")
+    recipe = Recipe(cfg)
+    console.print(
+        f"[bold]recipe[/] {args.file} -> {cfg.run_dir}: model, synth, sft, eval, rl ({', '.join(recipe.envs)}), eval"
+    )
+    recipe.run()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv, run)
 
 
 if __name__ == "__main__":

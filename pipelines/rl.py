@@ -9,61 +9,63 @@
 Without a cluster it starts an embedded Ray; under `ray job submit` it joins the job's cluster.
 Writes config.yaml, metrics.jsonl, tb/ (TensorBoard), plots/*.png, checkpoints/iter-N, final/
 (an HF model dir) and summary.json into run_dir (docs/RL.md). Exit status 0 when the run
-finished or stopped at train.stop_at_iteration; 2 on a config error (before any actor starts).
+finished or stopped at train.stop_at_iteration; 2 on a config or run-dir error (one line
+`k2post rl: error: ...`, before any actor starts).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from k2post.command import command_parser, run_command  # noqa: E402
 from k2post.config.loader import ConfigError  # noqa: E402
-from k2post.config.registry import load_run_config  # noqa: E402
-
-USAGE = "usage: python -m pipelines.rl CONFIG [key.path=value ...] | --resume RUN_DIR [key.path=value ...]"
 
 
-def load_config(argv: list[str]):
-    """CONFIG [overrides] or --resume RUN_DIR [overrides] (the run dir's config.yaml with resume=true)."""
-    if argv[0] == "--resume":
-        if len(argv) < 2:
-            raise ConfigError(USAGE)
-        config = Path(argv[1]) / "config.yaml"
-        if not config.is_file():
-            raise ConfigError(f"--resume {argv[1]}: no config.yaml there (not an RL run dir)")
-        # stop_at_iteration ends one invocation: a resume runs to the end unless it is given again
-        fixed = ["resume=true", f"run_dir={argv[1]}", "train.stop_at_iteration=null"]
-        return load_run_config(config, [*fixed, *argv[2:]], expected_kind="rl")
-    return load_run_config(argv[0], argv[1:], expected_kind="rl")
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser(
+        "rl", "colocated RL (K1.5 + PTX, MuonClip, vLLM rollouts) on embedded or cluster Ray; --resume continues"
+    )
+    parser.add_argument("file", nargs="?", metavar="CONFIG", help="a `kind: rl` YAML config, e.g. configs/rl_demo.yaml")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="key.path=value", help="dotted overrides")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    return parser
 
 
-def run(argv: list[str]) -> int:
+def load_config(file: str | None, overrides: list[str], resume: str | None = None):
+    """The RLConfig of CONFIG [overrides], or of --resume RUN_DIR [overrides] (its config.yaml, resume=true)."""
+    from k2post.config.registry import load_run_config
+
+    if resume is None:
+        if file is None:
+            raise ConfigError("give a CONFIG or --resume RUN_DIR")
+        return load_run_config(file, overrides, expected_kind="rl")
+    overrides = [*([file] if file is not None else []), *overrides]  # with --resume every positional is an override
+    config = Path(resume) / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"--resume {resume}: no config.yaml there (not an RL run dir)")
+    # stop_at_iteration ends one invocation: a resume runs to the end unless it is given again
+    fixed = ["resume=true", f"run_dir={resume}", "train.stop_at_iteration=null"]
+    return load_run_config(config, [*fixed, *overrides], expected_kind="rl")
+
+
+def run(args: argparse.Namespace) -> int:
     """Validate the config (before Ray starts), run, print the summary as one JSON line."""
     from k2post.rl.controller import RLRun
 
-    cfg = load_config(argv)
+    cfg = load_config(args.file, args.overrides, args.resume)
     summary = RLRun(cfg).run()
     print(json.dumps(summary), flush=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print(USAGE, file=sys.stderr)
-        return 2
-    from k2post.rl.controller import RLRunDirError
-
-    try:
-        return run(argv)
-    except (ConfigError, RLRunDirError) as err:
-        print(f"rl: error: {err}", file=sys.stderr)
-        return 2
+    return run_command(build_parser(), argv, run)
 
 
 if __name__ == "__main__":

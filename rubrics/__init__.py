@@ -16,9 +16,9 @@ penalties), `critic` (the whole loop).
 from rubrics.aggregate import bradley_terry, bradley_terry_log_strengths, scores_from, win_rates
 from rubrics.critic import Critic, CriticConfig, CriticResult
 from rubrics.detectors import PrescriptiveConfig, initial_praise, prescriptive_penalty, self_justification
-from rubrics.prompts import judge_messages
+from k2post.judging.prompts import judge_messages
 from rubrics.schema import Rubric, RubricFileError, builtin_rubrics, load_rubric_file, task_rubrics
-from rubrics.verdict import Verdict, parse_verdict
+from k2post.judging.verdict import PairVerdict, parse_verdict
 
 __all__ = [
     "Critic",
@@ -27,7 +27,7 @@ __all__ = [
     "PrescriptiveConfig",
     "Rubric",
     "RubricFileError",
-    "Verdict",
+    "PairVerdict",
     "bradley_terry",
     "bradley_terry_log_strengths",
     "builtin_rubrics",

@@ -47,11 +47,11 @@ from k2post.chat.types import Message
 from k2post.config.base import K2Config
 from rubrics.aggregate import Outcome, scores_from
 from rubrics.detectors import PrescriptiveConfig, prescriptive_penalty
-from rubrics.prompts import judge_messages
+from k2post.judging.prompts import judge_messages
 from rubrics.schema import Rubric, builtin_rubrics
-from rubrics.verdict import Verdict, parse_verdict
+from k2post.judging.verdict import PairVerdict, parse_verdict
 
-_ERROR = Verdict(None, False, "error")
+_ERROR = PairVerdict(None, False, "error")
 
 
 class CriticConfig(K2Config):
@@ -69,9 +69,7 @@ class CriticConfig(K2Config):
     aggregation: Literal["win_rate", "bradley_terry"] = Field(
         "win_rate", description="How pairwise outcomes become scores in [0, 1]."
     )
-    bt_prior: float = Field(
-        0.5, gt=0.0, description="Bradley–Terry: tied pseudo-games vs a virtual average opponent."
-    )
+    bt_prior: float = Field(0.5, gt=0.0, description="Bradley–Terry: tied pseudo-games vs a virtual average opponent.")
     rubric_kinds: list[Literal["core", "prescriptive"]] = Field(
         default_factory=lambda: ["core", "prescriptive"],
         description="Shipped rubric kinds shown to the judge; task rubrics passed to score() are always added.",
@@ -128,7 +126,7 @@ class CriticResult:
     position_a_wins: int = 0
     position_b_wins: int = 0
     order_disagreements: int = 0
-    comparisons: list[tuple[int, int, Verdict, Verdict | None]] = field(default_factory=list)
+    comparisons: list[tuple[int, int, PairVerdict, PairVerdict | None]] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
 
 
@@ -181,7 +179,9 @@ class Critic:
     @property
     def _use_chat_result(self) -> bool:
         """Call chat_result (token usage) one by one: the client has it and no chat_batch."""
-        has_batch = callable(getattr(self.client, "chat_batch", None)) or callable(getattr(self.client, "chat_results", None))
+        has_batch = callable(getattr(self.client, "chat_batch", None)) or callable(
+            getattr(self.client, "chat_results", None)
+        )
         return not has_batch and callable(getattr(self.client, "chat_result", None))
 
     def score(
@@ -269,7 +269,7 @@ class Critic:
         return result
 
     @staticmethod
-    def _tally(result: CriticResult, reply: _Reply) -> Verdict:
+    def _tally(result: CriticResult, reply: _Reply) -> PairVerdict:
         """Parse one reply and update the per-call counters."""
         result.calls += 1
         result.prompt_tokens += reply.prompt_tokens
@@ -285,7 +285,7 @@ class Critic:
         return verdict
 
     @staticmethod
-    def _combine(result: CriticResult, verdicts: dict[tuple[int, int], Verdict]) -> None:
+    def _combine(result: CriticResult, verdicts: dict[tuple[int, int], PairVerdict]) -> None:
         """Pairwise outcomes (i, j, s) from the verdicts of one or both orders of each pair."""
         for (a, b), first in verdicts.items():
             if (b, a) in verdicts and b < a:
@@ -325,8 +325,17 @@ class Critic:
         }
 
 
-_COUNTERS = ("calls", "prompt_tokens", "completion_tokens", "unparseable", "ties", "errors",
-             "position_a_wins", "position_b_wins", "order_disagreements")
+_COUNTERS = (
+    "calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "unparseable",
+    "ties",
+    "errors",
+    "position_a_wins",
+    "position_b_wins",
+    "order_disagreements",
+)
 
 
 def _mean(values: list[float]) -> float:
@@ -334,7 +343,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _score_for_first(verdict: Verdict, a_is_i: bool) -> float | None:
+def _score_for_first(verdict: PairVerdict, a_is_i: bool) -> float | None:
     """s for the pair's first index i: 1 if i won, 0 if it lost, 0.5 tie; None if unreadable."""
     if not verdict.parsed:
         return None

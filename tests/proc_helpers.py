@@ -33,7 +33,9 @@ def run_bounded(cmd: list[str], timeout: float, **kwargs) -> subprocess.Complete
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if rc is None:
-        pytest.fail(f"{' '.join(map(str, cmd[:6]))} ... ran past {timeout:.0f}s; output tail:\n{(stdout + stderr)[-4000:]}")
+        pytest.fail(
+            f"{' '.join(map(str, cmd[:6]))} ... ran past {timeout:.0f}s; output tail:\n{(stdout + stderr)[-4000:]}"
+        )
     return subprocess.CompletedProcess(cmd, rc, stdout, stderr)
 
 
@@ -44,7 +46,17 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-CHILD_ENV_DROPPED = ("VLLM_", "TORCHELASTIC_", "LOCAL_WORLD_SIZE", "GROUP_", "ROLE_", "OMP_", "KMP_", "LD_PRELOAD", "CUDA_")
+CHILD_ENV_DROPPED = (
+    "VLLM_",
+    "TORCHELASTIC_",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_",
+    "ROLE_",
+    "OMP_",
+    "KMP_",
+    "LD_PRELOAD",
+    "CUDA_",
+)
 
 
 def clean_child_env() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The `k2post` command: model init, config show, clear one-line errors."""
+"""`k2post model` / `k2post config` through the `k2post` command: model init, config show, one-line errors."""
 
 from __future__ import annotations
 
@@ -21,8 +21,14 @@ def test_config_show_fills_defaults(capsys):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["config", "show", DEMO, "sampling.temprature=0.5"], "sampling.temprature: unknown key (did you mean 'temperature'?)"),
-        (["config", "show", DEMO, "engine.dtype=fp8"], "engine.dtype: Input should be 'float32' or 'bfloat16' (got 'fp8')"),
+        (
+            ["config", "show", DEMO, "sampling.temprature=0.5"],
+            "sampling.temprature: unknown key (did you mean 'temperature'?)",
+        ),
+        (
+            ["config", "show", DEMO, "engine.dtype=fp8"],
+            "engine.dtype: Input should be 'float32' or 'bfloat16' (got 'fp8')",
+        ),
         (["config", "show", "configs/nope.yaml"], "configs/nope.yaml: config file not found"),
         (["config", "show", DEMO, "oops"], "override 'oops': expected the form key.path=value"),
         (["model", "init", "--flavor", "tiny-gpt9", "--out", "unused"], "tiny-gpt9"),
@@ -31,7 +37,7 @@ def test_config_show_fills_defaults(capsys):
 def test_errors_are_one_line(capsys, args, expected):
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("k2post: error: ") and expected in err
+    assert err.startswith(f"k2post {args[0]}: error: ") and expected in err
     assert err.count("\n") == 1
 
 

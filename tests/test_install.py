@@ -8,7 +8,9 @@ import importlib.util
 import pytest
 
 
-@pytest.mark.parametrize("module", ["vllm", "ray", "deepspeed", "transformers", "torch", "math_verify", "reasoning_gym"])
+@pytest.mark.parametrize(
+    "module", ["vllm", "ray", "deepspeed", "transformers", "torch", "math_verify", "reasoning_gym"]
+)
 def test_engine_imports(module):
     importlib.import_module(module)
 

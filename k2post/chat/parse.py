@@ -94,9 +94,7 @@ def _error(
 ) -> ToolCallParseError:
     """Build an error whose message starts with where it happened."""
     where = "assistant turn" if call_index is None else f"tool call {call_index}"
-    return ToolCallParseError(
-        kind=kind, call_index=call_index, raw=raw, message=f"{where}: {detail}", call_id=call_id
-    )
+    return ToolCallParseError(kind=kind, call_index=call_index, raw=raw, message=f"{where}: {detail}", call_id=call_id)
 
 
 def _preview(raw: str) -> str:
@@ -175,16 +173,12 @@ class _CallRules:
     strict_ids: bool
 
 
-def _parse_arguments(
-    raw_args: str, ordinal: int, call_id: str
-) -> dict[str, Any] | ToolCallParseError:
+def _parse_arguments(raw_args: str, ordinal: int, call_id: str) -> dict[str, Any] | ToolCallParseError:
     """The arguments object, or the error explaining why there is none."""
     try:
         arguments = json.loads(raw_args)
     except (ValueError, RecursionError) as exc:
-        return _error(
-            "bad_json", ordinal, raw_args, f"arguments are not valid JSON: {exc}", call_id
-        )
+        return _error("bad_json", ordinal, raw_args, f"arguments are not valid JSON: {exc}", call_id)
     if not isinstance(arguments, dict):
         detail = f"arguments must be a JSON object, got {type(arguments).__name__}"
         return _error("args_not_object", ordinal, raw_args, detail, call_id)
@@ -195,9 +189,7 @@ def _parse_call(chunk: str, ordinal: int, rules: _CallRules) -> ToolCall | ToolC
     """One call from the text between `<|tool_call_begin|>` and `<|tool_call_end|>`."""
     split_at = chunk.find(TOOL_CALL_ARG_BEGIN)
     if split_at == -1:
-        return _error(
-            "missing_arguments", ordinal, chunk, f"no {TOOL_CALL_ARG_BEGIN} after the call id"
-        )
+        return _error("missing_arguments", ordinal, chunk, f"no {TOOL_CALL_ARG_BEGIN} after the call id")
     call_id = chunk[:split_at].strip()
     name_and_index = split_call_id(call_id)
     if name_and_index is None:
@@ -241,9 +233,7 @@ def _call_chunks(section: str) -> tuple[list[tuple[str, bool]], list[ToolCallPar
         begin = section.find(TOOL_CALL_BEGIN, position)
         gap = section[position:] if begin == -1 else section[position:begin]
         if gap.strip():
-            errors.append(
-                _error("unexpected_text", None, gap, f"text outside a call: {_preview(gap)}")
-            )
+            errors.append(_error("unexpected_text", None, gap, f"text outside a call: {_preview(gap)}"))
         if begin == -1:
             break
         inner = begin + len(TOOL_CALL_BEGIN)
@@ -260,18 +250,14 @@ def _call_chunks(section: str) -> tuple[list[tuple[str, bool]], list[ToolCallPar
     return chunks, errors
 
 
-def _parse_section(
-    section: str, rules: _CallRules
-) -> tuple[list[ToolCall], list[ToolCallParseError]]:
+def _parse_section(section: str, rules: _CallRules) -> tuple[list[ToolCall], list[ToolCallParseError]]:
     """Well-formed calls and errors of a tool-call section's inner text."""
     chunks, errors = _call_chunks(section)
     calls: list[ToolCall] = []
     for ordinal, (chunk, terminated) in enumerate(chunks):
         if not terminated:
             detail = f"call not closed with {TOOL_CALL_END}"
-            errors.append(
-                _error("unterminated_call", ordinal, chunk, detail, _readable_call_id(chunk))
-            )
+            errors.append(_error("unterminated_call", ordinal, chunk, detail, _readable_call_id(chunk)))
             continue
         parsed = _parse_call(chunk, ordinal, rules)
         if isinstance(parsed, ToolCallParseError):

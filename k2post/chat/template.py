@@ -62,9 +62,7 @@ def as_messages(messages: Sequence[MessageLike]) -> list[Message]:
 
 def as_tools(tools: Sequence[ToolLike] | None) -> list[ToolSpec]:
     """Tool specs from `ToolSpec`s or OpenAI / MCP tool dicts."""
-    return [
-        tool if isinstance(tool, ToolSpec) else ToolSpec.from_openai(tool) for tool in tools or []
-    ]
+    return [tool if isinstance(tool, ToolSpec) else ToolSpec.from_openai(tool) for tool in tools or []]
 
 
 def render_tool_calls(tool_calls: Sequence[ToolCall]) -> str:
@@ -113,17 +111,14 @@ def render_text(
     checked = as_messages(messages)
     validate_dialogue(checked)
     text = "".join(
-        f"{IM_BEGIN}{role}{IM_MIDDLE}{body}{IM_END}"
-        for role, body in _framed_bodies(checked, as_tools(tools))
+        f"{IM_BEGIN}{role}{IM_MIDDLE}{body}{IM_END}" for role, body in _framed_bodies(checked, as_tools(tools))
     )
     return text + (GENERATION_PROMPT if add_generation_prompt else "")
 
 
 def _unanswered(position: int, message: Message) -> str:
     """Error text for a tool result that answers no earlier call."""
-    return (
-        f"message {position}: tool result for {message.tool_call_id!r} answers no earlier tool call"
-    )
+    return f"message {position}: tool result for {message.tool_call_id!r} answers no earlier tool call"
 
 
 def validate_dialogue(messages: Sequence[Message], require_k2_ids: bool = False) -> None:
@@ -137,9 +132,7 @@ def validate_dialogue(messages: Sequence[Message], require_k2_ids: bool = False)
         for call in message.tool_calls:
             expected = format_call_id(call.name, len(seen_ids))
             if require_k2_ids and call.id != expected:
-                raise ValueError(
-                    f"message {position}: tool call id {call.id!r} should be {expected!r}"
-                )
+                raise ValueError(f"message {position}: tool call id {call.id!r} should be {expected!r}")
             if call.id in seen_ids:
                 raise ValueError(f"message {position}: tool call id {call.id!r} is used twice")
             seen_ids.add(call.id)
@@ -206,9 +199,7 @@ def special_token_ids(tokenizer: ChatTokenizer) -> dict[str, int]:
     return ids
 
 
-def _labelled_segments(
-    framed: Sequence[tuple[str, str]], add_generation_prompt: bool
-) -> list[tuple[str, int]]:
+def _labelled_segments(framed: Sequence[tuple[str, str]], add_generation_prompt: bool) -> list[tuple[str, int]]:
     """Text segments with their mask bit: assistant bodies and their `<|im_end|>` get 1."""
     segments: list[tuple[str, int]] = []
     for role, body in framed:
@@ -221,12 +212,7 @@ def _labelled_segments(
 
 def _pieces(segments: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     """Segments split so that every special token is its own piece (empty pieces dropped)."""
-    return [
-        (piece, bit)
-        for segment, bit in segments
-        for piece in SPECIAL_TOKEN_SPLIT.split(segment)
-        if piece
-    ]
+    return [(piece, bit) for segment, bit in segments for piece in SPECIAL_TOKEN_SPLIT.split(segment) if piece]
 
 
 def render_ids(
@@ -303,9 +289,7 @@ _JINJA_TOOL_CALLS = (
     "{%- set function = tool_call.function if tool_call.function is defined else tool_call -%}"
     "{%- set call_id = tool_call.id if tool_call.id"
     " else 'functions.' ~ function.name ~ ':' ~ ns.call_index -%}"
-    f"{TOOL_CALL_BEGIN}{{{{ call_id }}}}{TOOL_CALL_ARG_BEGIN}"
-    + _JINJA_ARGUMENTS
-    + f"{TOOL_CALL_END}"
+    f"{TOOL_CALL_BEGIN}{{{{ call_id }}}}{TOOL_CALL_ARG_BEGIN}" + _JINJA_ARGUMENTS + f"{TOOL_CALL_END}"
     "{%- set ns.call_index = ns.call_index + 1 -%}"
     "{%- endfor -%}"
     f"{TOOL_CALLS_END}"

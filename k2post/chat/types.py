@@ -81,9 +81,7 @@ class ToolCall(BaseModel):
         if isinstance(arguments, str):
             arguments = json.loads(arguments) if arguments.strip() else {}
         if not isinstance(arguments, dict):
-            raise ValueError(
-                f"tool call arguments must be a JSON object, got {type(arguments).__name__}"
-            )
+            raise ValueError(f"tool call arguments must be a JSON object, got {type(arguments).__name__}")
         return cls(id=data.get("id") or default_id, name=function["name"], arguments=arguments)
 
 
@@ -120,13 +118,9 @@ class Message(BaseModel):
 
     role: Role = Field(description="Who speaks.")
     content: str = Field(default="", description="Visible text.")
-    reasoning: str | None = Field(
-        default=None, description="Assistant thinking, rendered in <think>."
-    )
+    reasoning: str | None = Field(default=None, description="Assistant thinking, rendered in <think>.")
     tool_calls: list[ToolCall] = Field(default_factory=list, description="Assistant tool calls.")
-    tool_call_id: str | None = Field(
-        default=None, description="For tool messages: the answered call id."
-    )
+    tool_call_id: str | None = Field(default=None, description="For tool messages: the answered call id.")
 
     @model_validator(mode="after")
     def _check_role_fields(self) -> Message:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class ConfigDefinitionError(TypeError):
@@ -24,16 +24,23 @@ class K2Config(BaseModel):
 
     # Subclasses that are run configs set this to the YAML `kind` they accept.
     run_kind: ClassVar[str | None] = None
+    # Keys a subclass used to accept -> their new name: an old key is a one-line error naming the new one.
+    renamed_fields: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
         for name, field in cls.model_fields.items():
             if not (field.description or "").strip():
-                raise ConfigDefinitionError(
-                    f"{cls.__name__}.{name} has no description: add Field(description=...)"
-                )
+                raise ConfigDefinitionError(f"{cls.__name__}.{name} has no description: add Field(description=...)")
             if field.is_required() and name != "kind":
-                raise ConfigDefinitionError(
-                    f"{cls.__name__}.{name} has no default: give it a sane default"
-                )
+                raise ConfigDefinitionError(f"{cls.__name__}.{name} has no default: give it a sane default")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_renamed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in cls.renamed_fields.items():
+                if old in data:
+                    raise ValueError(f"`{old}` is now `{new}`: change the key")
+        return data

@@ -170,9 +170,7 @@ def _model_in_annotation(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def load_config(
-    path: str | Path, cls: type[ConfigT], overrides: Iterable[str] = ()
-) -> ConfigT:
+def load_config(path: str | Path, cls: type[ConfigT], overrides: Iterable[str] = ()) -> ConfigT:
     """Read YAML at `path`, apply dotted `overrides`, validate into `cls`."""
     data = apply_overrides(read_yaml(path), overrides)
     return validate_config(cls, data, str(path))
@@ -181,4 +179,3 @@ def load_config(
 def dump_yaml(config: BaseModel) -> str:
     """The config with all defaults filled in, as YAML (key order as declared)."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
-

@@ -44,9 +44,7 @@ def _kind_of(data: dict[str, Any], source: str) -> str:
     return kind
 
 
-def load_run_config(
-    path: str | Path, overrides: Iterable[str] = (), expected_kind: str | None = None
-) -> K2Config:
+def load_run_config(path: str | Path, overrides: Iterable[str] = (), expected_kind: str | None = None) -> K2Config:
     """Load a run config YAML: pick its class by `kind`, apply overrides, validate."""
     from k2post.config import runs  # noqa: F401  (registers the built-in run configs)
 
@@ -54,7 +52,5 @@ def load_run_config(
     data = apply_overrides(read_yaml(path), overrides)
     kind = _kind_of(data, source)
     if expected_kind is not None and kind != expected_kind:
-        raise ConfigError(
-            f"{source}: kind: this is a {kind!r} config but the command needs kind {expected_kind!r}"
-        )
+        raise ConfigError(f"{source}: kind: this is a {kind!r} config but the command needs kind {expected_kind!r}")
     return validate_config(RUN_CONFIGS[kind], data, source)

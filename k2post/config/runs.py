@@ -39,7 +39,9 @@ class DemoConfig(K2Config):
         default_factory=lambda: list(DEFAULT_DEMO_PROMPTS), min_length=1, description="User messages to answer."
     )
     check_against_transformers: bool = Field(
-        True, description="Also greedy-decode with transformers and report whether outputs are identical (needs temperature 0)."
+        True,
+        description="Also greedy-decode with transformers and report whether outputs are identical "
+        "(needs temperature 0).",
     )
 
     @model_validator(mode="after")
@@ -63,32 +65,55 @@ class RecipeConfig(K2Config):
     """The whole recipe end to end (`make demo`): model -> synth -> SFT -> held-out eval -> RL -> held-out eval."""
 
     kind: Literal["recipe"] = Field("recipe", description="Run config kind; must be 'recipe'.")
-    run_dir: str = Field("runs/demo", description="Everything goes here: model/, synth/, sft/, rl/, eval/, logs/, report.")
+    run_dir: str = Field(
+        "runs/demo", description="Everything goes here: model/, synth/, sft/, rl/, eval/, logs/, report."
+    )
     model: ModelConfig = Field(
         default_factory=lambda: ModelConfig(flavor="tiny-qwen2", path="{run_dir}/model"),
         description="The starting model (built from `flavor` when `path` does not exist); `{run_dir}` in `path` is "
         "replaced by run_dir, so each seed's run builds its own init.",
     )
-    synth: str = Field("configs/synth_demo.yaml", description="`kind: synth` config of the SFT data (its out_dir is set to run_dir/synth).")
-    sft: str = Field("configs/sft_demo.yaml", description="`kind: sft` config of the warm start (model, data and run_dir are set here).")
-    rl: str = Field("configs/rl_demo.yaml", description="`kind: rl` config (model and run_dir are set here); its envs are the ones evaluated.")
-    synth_overrides: list[str] = Field(default_factory=list, description="Extra key.path=value overrides of the synth stage.")
-    sft_overrides: list[str] = Field(default_factory=list, description="Extra key.path=value overrides of the SFT stage.")
+    synth: str = Field(
+        "configs/synth_demo.yaml",
+        description="`kind: synth` config of the SFT data (its out_dir is set to run_dir/synth).",
+    )
+    sft: str = Field(
+        "configs/sft_demo.yaml",
+        description="`kind: sft` config of the warm start (model, data and run_dir are set here).",
+    )
+    rl: str = Field(
+        "configs/rl_demo.yaml",
+        description="`kind: rl` config (model and run_dir are set here); its envs are the ones evaluated.",
+    )
+    synth_overrides: list[str] = Field(
+        default_factory=list, description="Extra key.path=value overrides of the synth stage."
+    )
+    sft_overrides: list[str] = Field(
+        default_factory=list, description="Extra key.path=value overrides of the SFT stage."
+    )
     rl_overrides: list[str] = Field(default_factory=list, description="Extra key.path=value overrides of the RL stage.")
     seed: int | None = Field(
         None,
-        description="One seed for every stage (model init, synth tasks, SFT data order and torch, RL pools and sampling): "
-        "`seed=1` reruns the whole recipe as another seed. null: each stage config's own seed (model.seed for the model).",
+        description="One seed for every stage (model init, synth tasks, SFT data order and torch, RL pools and "
+        "sampling): `seed=1` reruns the whole recipe as another seed. null: each stage config's own seed (model.seed "
+        "for the model).",
     )
-    eval_n: int = Field(200, ge=1, description="Held-out tasks per environment (test split and shifted sets), before and after RL.")
+    eval_n: int = Field(
+        200, ge=1, description="Held-out tasks per environment (test split and shifted sets), before and after RL."
+    )
     eval_seed: int = Field(1, description="Seed of the held-out draw (the RL run's in-loop eval uses the RL seed).")
-    fresh: bool = Field(False, description="Redo every stage (false: a stage whose output is complete is skipped, a cut one resumed).")
+    fresh: bool = Field(
+        False, description="Redo every stage (false: a stage whose output is complete is skipped, a cut one resumed)."
+    )
 
     @model_validator(mode="after")
     def _stages_are_valid(self) -> "RecipeConfig":
         from k2post.config.registry import load_run_config
 
-        for kind, path, overrides in (("synth", self.synth, self.synth_overrides), ("sft", self.sft, self.sft_overrides),
-                                      ("rl", self.rl, self.rl_overrides)):
+        for kind, path, overrides in (
+            ("synth", self.synth, self.synth_overrides),
+            ("sft", self.sft, self.sft_overrides),
+            ("rl", self.rl, self.rl_overrides),
+        ):
             load_run_config(path, overrides, expected_kind=kind)  # a bad stage config fails here, before any stage runs
         return self

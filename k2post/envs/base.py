@@ -53,7 +53,9 @@ class Task(BaseModel):
     task_type: str = Field(description="Task type (budgets and temperature schedules are keyed by it).")
     messages: list[Message] = Field(description="The prompt as chat messages (system/user).")
     answer: Any = Field(None, description="Gold answer / reference data for the scorer (JSON-able).")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Extra JSON-able data (difficulty, source, ...).")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Extra JSON-able data (difficulty, source, ...)."
+    )
 
 
 class StepResult(BaseModel):
@@ -141,5 +143,7 @@ class GroupScoredEnvironment(Environment):
     group_scored: ClassVar[bool] = True
 
     @abc.abstractmethod
-    def score_groups(self, items: list[tuple[Task, list[str]]], policy_client: Any) -> tuple[list[list[Reward]], dict[str, float]]:
+    def score_groups(
+        self, items: list[tuple[Task, list[str]]], policy_client: Any
+    ) -> tuple[list[list[Reward]], dict[str, float]]:
         """Rewards of each (task, K responses) group, plus metrics of the scoring (calls, tokens, ...)."""

@@ -48,21 +48,52 @@ ONE_MB = 1 << 20
 class FuzzFailure(AssertionError):
     """An environment misbehaved on fuzzed input (raised, returned a non-Reward, left its range)."""
 
+
 CASES_RUN: dict[str, dict[str, int]] = {}
 """Fuzz cases run in this process: env name -> {"direct": n, "episodes": n, "pool": n} (the tests fill it)."""
 SPECIAL_TOKENS = [
-    IM_BEGIN, IM_MIDDLE, IM_END, EOS, TOOL_CALLS_BEGIN, TOOL_CALLS_END,
-    TOOL_CALL_BEGIN, TOOL_CALL_ARG_BEGIN, TOOL_CALL_END, THINK_BEGIN, THINK_END,
+    IM_BEGIN,
+    IM_MIDDLE,
+    IM_END,
+    EOS,
+    TOOL_CALLS_BEGIN,
+    TOOL_CALLS_END,
+    TOOL_CALL_BEGIN,
+    TOOL_CALL_ARG_BEGIN,
+    TOOL_CALL_END,
+    THINK_BEGIN,
+    THINK_END,
 ]
 ODD_CHARS = ["\x00", "\u200b", "\u202e", "\ufeff", "\u0301", "\U0001f600", "\r", "\t", "\\", "{", "}", "$", "`"]
 NASTY_NUMBERS = [
-    "1e999999", "-0", "0x1F", "1/0", "\\frac{1}{0}", "2^{2^{2^{2^{2}}}}", "10**10**10", "9" * 400 + "!",
-    "NaN", "∞", "1,000,000", "٣",
+    "1e999999",
+    "-0",
+    "0x1F",
+    "1/0",
+    "\\frac{1}{0}",
+    "2^{2^{2^{2^{2}}}}",
+    "10**10**10",
+    "9" * 400 + "!",
+    "NaN",
+    "∞",
+    "1,000,000",
+    "٣",
 ]
 NUMBER_FRAMES = ["<n>", "The answer is <n>", "\\boxed{<n>}", "#### <n>", "x = <n>", "<n> <n>", "$$<n>$$"]
 LATEX_PIECES = [
-    "\\boxed{", "}", "{", "\\boxed{}", "\\frac{", "\\sqrt{", "\\left(", "\\right)",
-    "^{", "_", "\\", "\\text{", "\\boxed",
+    "\\boxed{",
+    "}",
+    "{",
+    "\\boxed{}",
+    "\\frac{",
+    "\\sqrt{",
+    "\\left(",
+    "\\right)",
+    "^{",
+    "_",
+    "\\",
+    "\\text{",
+    "\\boxed",
 ]
 BAD_JSON = ["{", '{"a":', "{'a': 1}", "NaN", '{"n": 1e999}', "[]", ""]
 TOOL_NAMES = ["add", "search", "read_file", "", "functions.x", "a b"]
@@ -145,7 +176,12 @@ def think_wrapped() -> st.SearchStrategy[str]:
 def responses() -> st.SearchStrategy[str]:
     """Any of the hostile response kinds above (plain text included)."""
     return st.one_of(
-        st.text(max_size=200), unicode_text(), number_strings(), boxed_fragments(), tool_call_text(), code_fences(),
+        st.text(max_size=200),
+        unicode_text(),
+        number_strings(),
+        boxed_fragments(),
+        tool_call_text(),
+        code_fences(),
         think_wrapped(),
     )
 
@@ -154,11 +190,31 @@ def edge_cases() -> list[str]:
     """Fixed hostile responses, including one 1 MB string (run once per env)."""
     unclosed_call = TOOL_CALLS_BEGIN + TOOL_CALL_BEGIN + "functions.add:0" + TOOL_CALL_ARG_BEGIN + "{" * 2000
     return [
-        "", " ", "\n" * 1000, "\x00", "\\boxed{", "\\boxed{}" * 2000, "{" * 5000, "}" * 5000,
-        "\\boxed{" * 3000 + "}" * 3000, "9" * 20000, "\\boxed{" + "9" * 5000 + "}", "\\boxed{10^{10^{10^{10}}}}",
-        "\\boxed{2**2**2**2**2**2}", "\\boxed{99999!}", "\\boxed{nan}", "\\boxed{\\infty}", "1e308 * 10",
-        TOOL_CALLS_BEGIN * 500, unclosed_call, THINK_BEGIN * 100, "```python\nimport os\nos._exit(0)\n```",
-        "```python\nwhile True: pass\n```", "\ud7ff\ufffd\U0010ffff", "\u202e\u0301" * 1000, big_response(),
+        "",
+        " ",
+        "\n" * 1000,
+        "\x00",
+        "\\boxed{",
+        "\\boxed{}" * 2000,
+        "{" * 5000,
+        "}" * 5000,
+        "\\boxed{" * 3000 + "}" * 3000,
+        "9" * 20000,
+        "\\boxed{" + "9" * 5000 + "}",
+        "\\boxed{10^{10^{10^{10}}}}",
+        "\\boxed{2**2**2**2**2**2}",
+        "\\boxed{99999!}",
+        "\\boxed{nan}",
+        "\\boxed{\\infty}",
+        "1e308 * 10",
+        TOOL_CALLS_BEGIN * 500,
+        unclosed_call,
+        THINK_BEGIN * 100,
+        "```python\nimport os\nos._exit(0)\n```",
+        "```python\nwhile True: pass\n```",
+        "\ud7ff\ufffd\U0010ffff",
+        "\u202e\u0301" * 1000,
+        big_response(),
     ]
 
 

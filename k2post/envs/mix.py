@@ -57,7 +57,7 @@ class EnvEntryConfig(K2Config):
         except ValidationError as err:
             message = format_validation_error(err, config_cls, f"environment {self.name!r}")
             prefix = f"environment {self.name!r}: "
-            raise ValueError(prefix + "config." + message[len(prefix):]) from None
+            raise ValueError(prefix + "config." + message[len(prefix) :]) from None
         self.config = validated.model_dump(mode="json")
         return self
 

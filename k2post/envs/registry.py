@@ -1,7 +1,9 @@
 """Explicit registry of environments, by name.
 
-In-tree environments use the decorator; third-party packages declare an entry point in the
-group `k2post.environments` (`name = "pkg.module:EnvClass"`), loaded on first lookup.
+Every environment is an entry point in the group `k2post.environments` (`name = "pkg.module:EnvClass"`),
+loaded on first lookup: the built-in gyms of `environments/` through k2post's own pyproject (loaded first),
+third-party packages through theirs. Core never imports the plug-in layer otherwise. The class registers
+itself with the decorator when its module is imported (in-tree, and in tests, importing is enough).
 
     @register_environment
     class MathEnv(SingleTurn...):
@@ -20,7 +22,7 @@ from k2post.envs.base import Environment
 
 ENTRY_POINT_GROUP = "k2post.environments"
 _REGISTRY: dict[str, type[Environment]] = {}
-_LOADED = {"builtins": False, "entry_points": False}
+_LOADED = {"entry_points": False}
 
 
 class EnvironmentRegistryError(ValueError):
@@ -47,16 +49,16 @@ def unregister_environment(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-def _load_builtins() -> None:
-    if not _LOADED["builtins"]:
-        _LOADED["builtins"] = True
-        import environments  # noqa: F401  (registers the built-in gyms)
+def _builtin_first(ep: Any) -> int:
+    dist = getattr(ep, "dist", None)
+    return 0 if dist is not None and dist.name == "k2post" else 1
 
 
 def _load_entry_points() -> None:
     if _LOADED["entry_points"]:
         return
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    # k2post's own gyms (its pyproject's entry points) first: a clash then names the third-party package
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_builtin_first):
         where = f"entry point {ep.name!r} ({ep.value}"
         where += f", from {ep.dist.name})" if getattr(ep, "dist", None) is not None else ")"
         try:
@@ -74,7 +76,6 @@ def _load_entry_points() -> None:
 
 def registered_environments() -> dict[str, type[Environment]]:
     """All environments: built-ins plus entry points, by name."""
-    _load_builtins()
     _load_entry_points()
     return dict(sorted(_REGISTRY.items()))
 

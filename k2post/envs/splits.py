@@ -54,7 +54,9 @@ def unsupported_split(env_name: str, split: str) -> ValueError:
     """The one-line error for a split an environment does not have."""
     if split not in SPLITS:
         return ValueError(f"{env_name}: unknown split {split!r} (known: {', '.join(SPLITS)})")
-    return ValueError(f"{env_name}: split {split!r} is not supported by this environment (use one of: {', '.join(BASE_SPLITS)})")
+    return ValueError(
+        f"{env_name}: split {split!r} is not supported by this environment (use one of: {', '.join(BASE_SPLITS)})"
+    )
 
 
 def check_split(env_name: str, split: str, supported: tuple[str, ...] = BASE_SPLITS) -> str:
@@ -64,4 +66,14 @@ def check_split(env_name: str, split: str, supported: tuple[str, ...] = BASE_SPL
     return split
 
 
-__all__ = ["BASE_SPLITS", "SPLITS", "Split", "check_split", "every_split", "hash_bucket", "hash_split", "split_of_bucket", "unsupported_split"]
+__all__ = [
+    "BASE_SPLITS",
+    "SPLITS",
+    "Split",
+    "check_split",
+    "every_split",
+    "hash_bucket",
+    "hash_split",
+    "split_of_bucket",
+    "unsupported_split",
+]

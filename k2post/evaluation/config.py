@@ -20,8 +20,14 @@ from k2post.rollout.config import AgenticRolloutConfig, VLLMEngineConfig
 class EvalConfig(K2Config):
     """Greedy (or sampled, avg@k) accuracy per environment on freshly generated held-out tasks."""
 
-    model_path: str = Field("runs/rl_demo/final", description="HF model dir to evaluate (a run dir is resolved to one by the CLI).")
-    envs: list[EnvEntryConfig] = Field(default_factory=lambda: [EnvEntryConfig()], min_length=1, description="Environments to evaluate on (name + config; weight unused).")
+    model_path: str = Field(
+        "runs/rl_demo/final", description="HF model dir to evaluate (a run dir is resolved to one by the CLI)."
+    )
+    envs: list[EnvEntryConfig] = Field(
+        default_factory=lambda: [EnvEntryConfig()],
+        min_length=1,
+        description="Environments to evaluate on (name + config; weight unused).",
+    )
     n: int = Field(64, ge=1, description="Held-out tasks per environment (fewer when its split is smaller).")
     seed: int = Field(0, description="Seed of the task draw: the split's tasks for this seed, shuffled and cut to n.")
     split: Literal["test", "dev", "shifted", "train"] = Field(
@@ -45,7 +51,9 @@ class EvalConfig(K2Config):
         description="Turn limits of multi-turn episodes (iteration_token_budget is ignored: episodes run to the end).",
     )
     reward_workers: int = Field(1, ge=1, description="Isolated reward worker processes.")
-    reward_timeout_s: float = Field(10.0, gt=0, description="Per-episode scoring timeout (a hang scores the env's minimum).")
+    reward_timeout_s: float = Field(
+        10.0, gt=0, description="Per-episode scoring timeout (a hang scores the env's minimum)."
+    )
     report_path: str | None = Field(None, description="Where the JSON report goes (null: not written).")
 
     @model_validator(mode="after")
@@ -54,10 +62,16 @@ class EvalConfig(K2Config):
         if len(set(names)) != len(names):
             raise ValueError(f"envs must list each environment once, got {names}")
         if self.temperature == 0 and self.samples_per_task > 1:
-            raise ValueError("samples_per_task > 1 with temperature 0 repeats the same greedy episode: set temperature > 0 or samples_per_task 1")
+            raise ValueError(
+                "samples_per_task > 1 with temperature 0 repeats the same greedy episode: "
+                "set temperature > 0 or samples_per_task 1"
+            )
         longest = max([*self.budget.max_tokens.values(), self.budget.default_max_tokens])
         if longest > self.agentic.max_episode_tokens:
-            raise ValueError(f"a budget ({longest} tokens) exceeds agentic.max_episode_tokens ({self.agentic.max_episode_tokens}): raise it or lower the budget")
+            raise ValueError(
+                f"a budget ({longest} tokens) exceeds agentic.max_episode_tokens ({self.agentic.max_episode_tokens}): "
+                "raise it or lower the budget"
+            )
         return self
 
     def env_configs(self) -> dict[str, dict]:

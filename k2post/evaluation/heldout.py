@@ -9,7 +9,8 @@ generalization to a held-out distribution shift; `draw_tasks` defaults to test.
 The pieces are shared with the RL controller's in-loop eval (`k2post/rl/controller.py`):
 `draw_tasks` (which tasks), `eval_work` (episode ids/options), `score_items` (what the reward
 workers score) and `summarize` (accuracy, mean reward, truncation, response length per env).
-`k2post eval` (k2post/cli.py) resolves a run dir to its model and prints `report_table`.
+`k2post eval` (pipelines/eval.py, k2post/evaluation/request.py) resolves a run dir to its model and prints
+`report_table`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from k2post.envs.base import Environment, Task
 from k2post.evaluation.config import EvalConfig
 from k2post.rl.config import BudgetConfig
+from k2post.rollout.agentic import EpisodeOptions
 
 
 def draw_tasks(env: Environment, split: str = "test", n: int = 64, seed: int = 0) -> list[Task]:
@@ -35,17 +37,20 @@ def draw_tasks(env: Environment, split: str = "test", n: int = 64, seed: int = 0
     return pool[:n]
 
 
-def eval_work(tasks: Mapping[str, Sequence[Task]], budget: BudgetConfig, temperature: float, samples: int,
-              seed: int) -> list[tuple[tuple[str, Task], dict[str, Any]]]:
+def eval_work(
+    tasks: Mapping[str, Sequence[Task]], budget: BudgetConfig, temperature: float, samples: int, seed: int
+) -> list[tuple[tuple[str, Task], EpisodeOptions]]:
     """((env_name, task), episode options) for every task x sample: ids `eval/<env>/<task>/<k>`."""
     work = []
     for name, env_tasks in tasks.items():
         for task in env_tasks:
             for k in range(samples):
-                options = {"id": f"eval/{name}/{task.id}/{k}", "temperature": temperature,
-                           "max_tokens": budget.budget_for(task.task_type)}
-                if temperature > 0:
-                    options["seed"] = seed * 1000 + k
+                options = EpisodeOptions(
+                    id=f"eval/{name}/{task.id}/{k}",
+                    temperature=temperature,
+                    max_tokens=budget.budget_for(task.task_type),
+                    seed=seed * 1000 + k if temperature > 0 else None,
+                )
                 work.append(((name, task), options))
     return work
 
@@ -56,22 +61,32 @@ def final_text(episode: Any) -> str:
     return (last.content or "") if last.role == "assistant" else ""
 
 
-def score_items(episodes: Sequence[Any], envs: Mapping[str, Environment], configs: Mapping[str, dict[str, Any]]) -> list[Any]:
-    """One `ScoreItem` per finished episode: multi-turn ones replay their turns, single-turn ones score the last reply."""
+def score_items(
+    episodes: Sequence[Any], envs: Mapping[str, Environment], configs: Mapping[str, dict[str, Any]]
+) -> list[Any]:
+    """One `ScoreItem` per finished episode: multi-turn ones replay their turns, single-turn ones score the
+    last reply.
+    """
     from k2post.envs.workers import ScoreItem
 
     items = []
     for episode in episodes:
         config = dict(configs[episode.env_name])
         if envs[episode.env_name].multi_turn:
-            items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, turns=list(episode.env_turns)))
+            items.append(
+                ScoreItem(env=episode.env_name, task=episode.task, config=config, turns=list(episode.env_turns))
+            )
         else:
-            items.append(ScoreItem(env=episode.env_name, task=episode.task, config=config, response=final_text(episode)))
+            items.append(
+                ScoreItem(env=episode.env_name, task=episode.task, config=config, response=final_text(episode))
+            )
     return items
 
 
 def summarize(episodes: Sequence[Any], rewards: Sequence[Any], threshold: float) -> dict[str, dict[str, float]]:
-    """Per environment: n, accuracy (reward >= threshold), mean reward, truncation rate, mean response tokens, errors."""
+    """Per environment: n, accuracy (reward >= threshold), mean reward, truncation rate, mean response tokens,
+    errors.
+    """
     out: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(e.env_name for e in episodes):
         pairs = [(e, r) for e, r in zip(episodes, rewards) if e.env_name == name]
@@ -87,13 +102,19 @@ def summarize(episodes: Sequence[Any], rewards: Sequence[Any], threshold: float)
     return out
 
 
-def episode_samples(episodes: Sequence[Any], rewards: Sequence[Any], per_env: int = 3) -> dict[str, list[dict[str, Any]]]:
-    """The first `per_env` episodes of each environment as readable transcripts (what the model wrote, and its reward)."""
+def episode_samples(
+    episodes: Sequence[Any], rewards: Sequence[Any], per_env: int = 3
+) -> dict[str, list[dict[str, Any]]]:
+    """The first `per_env` episodes of each environment as readable transcripts (what the model wrote, and its
+    reward).
+    """
     out: dict[str, list[dict[str, Any]]] = {}
     for episode, reward in zip(episodes, rewards):
         shown = out.setdefault(episode.env_name, [])
         if len(shown) < per_env:
-            messages = [m.model_dump(exclude_defaults=True, mode="json") for m in episode.messages if m.role != "system"]
+            messages = [
+                m.model_dump(exclude_defaults=True, mode="json") for m in episode.messages if m.role != "system"
+            ]
             shown.append({"task": episode.task.id, "reward": reward.value, "messages": messages})
     return out
 
@@ -128,10 +149,19 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     with RewardPool(num_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s) as pool:
         rewards = pool.score_batch(score_items(episodes, envs, cfg.env_configs()))
     per_env = summarize(episodes, rewards, cfg.success_threshold)
-    report = {"model": str(cfg.model_path), "split": cfg.split, "seed": cfg.seed, "n_per_env": cfg.n,
-              "samples_per_task": cfg.samples_per_task, "temperature": cfg.temperature,
-              "mean_accuracy": mean_accuracy(per_env), "envs": per_env,
-              "env_configs": cfg.env_configs(), "samples": episode_samples(episodes, rewards), "wall_s": round(time.perf_counter() - started, 2)}
+    report = {
+        "model": str(cfg.model_path),
+        "split": cfg.split,
+        "seed": cfg.seed,
+        "n_per_env": cfg.n,
+        "samples_per_task": cfg.samples_per_task,
+        "temperature": cfg.temperature,
+        "mean_accuracy": mean_accuracy(per_env),
+        "envs": per_env,
+        "env_configs": cfg.env_configs(),
+        "samples": episode_samples(episodes, rewards),
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
     if cfg.report_path:
         write_report(Path(cfg.report_path), report)
     return report
@@ -153,7 +183,14 @@ def report_table(report: dict[str, Any]):
     for column in ("env", "n", "accuracy", "mean reward", "truncated", "resp. tokens", "reward errors"):
         table.add_column(column, justify="left" if column == "env" else "right")
     for name, m in report["envs"].items():
-        table.add_row(name, str(m["n"]), f"{m['accuracy']:.3f}", f"{m['mean_reward']:.3f}", f"{m['truncation_rate']:.2f}",
-                      f"{m['response_tokens_mean']:.1f}", str(m["reward_errors"]))
+        table.add_row(
+            name,
+            str(m["n"]),
+            f"{m['accuracy']:.3f}",
+            f"{m['mean_reward']:.3f}",
+            f"{m['truncation_rate']:.2f}",
+            f"{m['response_tokens_mean']:.1f}",
+            str(m["reward_errors"]),
+        )
     table.add_row("[bold]mean", "", f"[bold]{report['mean_accuracy']:.3f}", "", "", "", "")
     return table

@@ -59,9 +59,7 @@ class ChatResult:
 class ToolLLMClient(LLMClient, Protocol):
     """An `LLMClient` that can also offer tools and return the full turn as a `ChatResult`."""
 
-    def chat_result(
-        self, messages: list[Message], tools: list[ToolSpec] | None = None, **kw: Any
-    ) -> ChatResult:
+    def chat_result(self, messages: list[Message], tools: list[ToolSpec] | None = None, **kw: Any) -> ChatResult:
         """The assistant's whole turn (content, tool calls, finish reason, usage)."""
         ...
 

@@ -37,7 +37,9 @@ class EngineLLMClient:
         """The whole assistant turn: parsed message, finish reason, token counts, raw text."""
         return self.chat_results([messages], tools, **kw)[0]
 
-    def chat_results(self, dialogues: list[list[Message]], tools: list[ToolSpec] | None = None, **kw: Any) -> list[ChatResult]:
+    def chat_results(
+        self, dialogues: list[list[Message]], tools: list[ToolSpec] | None = None, **kw: Any
+    ) -> list[ChatResult]:
         """One whole assistant turn per dialogue, generated in one batched engine call (a critic's comparisons)."""
         turns = self.engine.chat([list(messages) for messages in dialogues], self._sampling(kw), tools)
         return [self._result(turn) for turn in turns]

@@ -41,7 +41,9 @@ class HTTPClientConfig(K2Config):
     api_key: str | None = Field(None, description="Bearer token (the server's --api-key); null for none.")
     model: str = Field("", description="Served model name; empty asks the server (`/v1/models`, first entry).")
     timeout_s: float = Field(60.0, gt=0, description="Per-request timeout (connect, read, write) in seconds.")
-    max_retries: int = Field(3, ge=0, description="Retries after the first attempt on connection errors, timeouts, 429, 5xx.")
+    max_retries: int = Field(
+        3, ge=0, description="Retries after the first attempt on connection errors, timeouts, 429, 5xx."
+    )
     backoff_s: float = Field(0.5, ge=0, description="First retry delay in seconds; doubles each retry.")
     backoff_max_s: float = Field(8.0, ge=0, description="Upper bound of one retry delay in seconds.")
     keep_special_tokens: bool = Field(
@@ -179,9 +181,7 @@ class HTTPLLMClient:
         """vLLM extra sampling fields sent with every request."""
         return {"skip_special_tokens": False} if self.cfg.keep_special_tokens else {}
 
-    def chat_result(
-        self, messages: list[Message], tools: list[ToolSpec] | None = None, **sampling: Any
-    ) -> ChatResult:
+    def chat_result(self, messages: list[Message], tools: list[ToolSpec] | None = None, **sampling: Any) -> ChatResult:
         """The assistant's whole turn for `messages`; `sampling` goes into the request body."""
         body: dict[str, Any] = {
             "model": self.model,

@@ -1,4 +1,4 @@
-"""Serve a checkpoint with vLLM's OpenAI-compatible server (`k2post serve MODEL_DIR`).
+"""Serve a checkpoint with vLLM's OpenAI-compatible server (the library behind `k2post serve`, pipelines/serve.py).
 
     handle = start_server(ServeConfig(model_dir="artifacts/models/tiny-qwen2", api_key="k"))
     client = HTTPLLMClient(HTTPClientConfig(base_url=handle.base_url, api_key=handle.api_key))
@@ -15,7 +15,6 @@ tokenizer chat template (the K2 template written by `k2post model init`) renders
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
@@ -30,13 +29,14 @@ from typing import Literal
 import httpx
 from pydantic import Field, model_validator
 
+from k2post.command import UserError
 from k2post.config.base import K2Config
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 LOG_TAIL_LINES = 40
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(UserError, RuntimeError):
     """The server exited or did not answer `/health` in time; the message ends with its log tail."""
 
 
@@ -52,7 +52,9 @@ class ServeConfig(K2Config):
         "float32", description="vLLM dtype; on CPU prefer float32 (bf16 prefill of 1-4 tokens crashed here)."
     )
     max_model_len: int = Field(1024, gt=0, description="Longest prompt+response in tokens.")
-    kv_cache_gib: float = Field(1.0, gt=0, description="CPU only: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE).")
+    kv_cache_gib: float = Field(
+        1.0, gt=0, description="CPU only: KV-cache GiB, fractions honoured (--kv-cache-memory-bytes)."
+    )
     enforce_eager: bool = Field(True, description="Disable CUDA graphs / compilation (required on CPU).")
     startup_timeout_s: float = Field(180.0, gt=0, description="Seconds to wait for /health before giving up.")
     log_path: str | None = Field(None, description="Server log file; null writes a temp file.")
@@ -90,6 +92,8 @@ def build_command(cfg: ServeConfig, port: int) -> list[str]:
         command.append("--enforce-eager")
     if cfg.tool_call_parser:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", cfg.tool_call_parser]
+    if _on_cpu():
+        command += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gib * 2**30))]
     return command + list(cfg.extra_args)
 
 
@@ -101,13 +105,12 @@ def _on_cpu() -> bool:
 
 
 def build_env(cfg: ServeConfig) -> dict[str, str]:
-    """The child's environment: ours plus the CPU KV-cache size and the API key."""
+    """The child's environment: ours plus the API key (and without the legacy whole-GiB KV variable)."""
     env = dict(os.environ)
     env.pop("VLLM_API_KEY", None)
     if cfg.api_key:
         env["VLLM_API_KEY"] = cfg.api_key
-    if _on_cpu():
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # vLLM's CPU platform lets it override --kv-cache-memory-bytes
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     return env
@@ -235,8 +238,12 @@ def launch(cfg: ServeConfig) -> ServerHandle:
     log_path = cfg.log_path or tempfile.mkstemp(prefix="k2post-serve-", suffix=".log")[1]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            command, env=build_env(cfg), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            command,
+            env=build_env(cfg),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     base_url = f"http://{_url_host(cfg.host)}:{port}/v1"
     return ServerHandle(process.pid, base_url, cfg.api_key, str(log_path), process)
@@ -251,32 +258,3 @@ def start_server(cfg: ServeConfig) -> ServerHandle:
         handle.stop()
         raise
     return handle
-
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `k2post serve` flags (defaults from `ServeConfig`)."""
-    defaults = ServeConfig()
-    parser.add_argument("model_dir", help="HF model directory to serve (its tokenizer's chat template is used)")
-    parser.add_argument("--host", default=defaults.host, help="bind address (default 127.0.0.1; others need --api-key)")
-    parser.add_argument("--port", type=int, default=defaults.port, help="TCP port (default 8000; 0 picks a free one)")
-    parser.add_argument("--api-key", default=None, help="require this bearer token (or set K2POST_API_KEY)")
-    parser.add_argument("--served-model-name", default=None, help="model name clients send (default: MODEL_DIR)")
-    parser.add_argument("--max-model-len", type=int, default=defaults.max_model_len, help="longest prompt+response")
-    parser.add_argument("--dtype", default=defaults.dtype, help="float32 (default), bfloat16, float16 or auto")
-    parser.add_argument("--startup-timeout", type=float, default=defaults.startup_timeout_s, help="seconds to wait for /health")
-    parser.add_argument("--log", default=None, help="server log file (default: a temp file)")
-
-
-def serve_config_from_args(args: argparse.Namespace) -> ServeConfig:
-    """`ServeConfig` from parsed `k2post serve` flags (API key also from $K2POST_API_KEY)."""
-    return ServeConfig(
-        model_dir=args.model_dir,
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key or os.environ.get("K2POST_API_KEY") or None,
-        served_model_name=args.served_model_name,
-        max_model_len=args.max_model_len,
-        dtype=args.dtype,
-        startup_timeout_s=args.startup_timeout,
-        log_path=args.log,
-    )

@@ -154,6 +154,9 @@ def init_model_dir(
         shutil.rmtree(tmp_dir, ignore_errors=True)
     logger.info(
         "built model flavor=%s params=%s vocab=%d path=%s",
-        flavor, f"{count_params(model):,}", model.config.vocab_size, out_path,
+        flavor,
+        f"{count_params(model):,}",
+        model.config.vocab_size,
+        out_path,
     )
     return out_path

@@ -52,9 +52,7 @@ _NAMES = "Alice Bob Carol David Emma Farid Grace Hiro Ines Jamal Kenji Lena Mira
 _CITIES = "Paris Tokyo Lagos Lima Oslo Cairo Delhi Seoul Berlin Quito Nairobi Hanoi".split()
 _UNICODE_WORDS = "café naïve über señor 東京 北京 данные привет γεια مرحبا 😀 ✓ → ∑ π".split()
 
-_ONSETS = (
-    "b bl br c ch cr d dr f fl g gr h j k l m n p pl pr qu r s sh st str t th tr v w wh y z".split()
-)
+_ONSETS = "b bl br c ch cr d dr f fl g gr h j k l m n p pl pr qu r s sh st str t th tr v w wh y z".split()
 _VOWELS = "a e i o u ai ea ee oa oo ou ie".split()
 _CODAS = "- - - n nd ng nt r rd rt s st t ck ll m mp sh th ld lt x".split()
 _SUFFIXES = "- - - s ed ing er ly tion ment ness able ful est ize".split()
@@ -63,8 +61,7 @@ _SUFFIXES = "- - - s ed ing er ly tion ment ness able ful est ize".split()
 def _pseudo_word(rng: random.Random) -> str:
     """An English-looking made-up word (gives BPE many plausible sub-words to merge)."""
     syllables = "".join(
-        rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
-        for _ in range(rng.randint(1, 3))
+        rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(rng.randint(1, 3))
     )
     return (syllables + rng.choice(_SUFFIXES)).replace("-", "")
 
@@ -161,9 +158,7 @@ def _random_arguments(rng: random.Random, tool: ToolSpec) -> dict[str, object]:
             "city": rng.choice(_CITIES),
             "unit": rng.choice(("celsius", "fahrenheit")),
         },
-        "calculator": lambda: {
-            "expression": f"{rng.randint(1, 99)} * ({rng.randint(1, 99)} + {rng.randint(1, 9)})"
-        },
+        "calculator": lambda: {"expression": f"{rng.randint(1, 99)} * ({rng.randint(1, 99)} + {rng.randint(1, 9)})"},
         "search": lambda: {
             "query": f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}",
             "top_k": rng.randint(1, 10),
@@ -203,9 +198,7 @@ def _code_line(rng: random.Random) -> str:
 def _dialogue(rng: random.Random) -> str:
     """A rendered K2 dialogue: question, thinking + one tool call, tool result, answer."""
     tool = rng.choice(_TOOLS)
-    call = ToolCall(
-        id=format_call_id(tool.name, 0), name=tool.name, arguments=_random_arguments(rng, tool)
-    )
+    call = ToolCall(id=format_call_id(tool.name, 0), name=tool.name, arguments=_random_arguments(rng, tool))
     messages = [
         Message(role="system", content="You are a helpful assistant."),
         Message(role="user", content=_sentence(rng) + " " + _arithmetic(rng).split("?")[0] + "?"),
@@ -271,10 +264,7 @@ def _train_bpe(corpus: list[str], vocab_size: int) -> Tokenizer:
     )
     tokenizer.train_from_iterator(_training_pieces(corpus), trainer=trainer)
     tokenizer.add_special_tokens(
-        [
-            AddedToken(token, special=True, normalized=False, lstrip=False, rstrip=False)
-            for token in SPECIAL_TOKENS
-        ]
+        [AddedToken(token, special=True, normalized=False, lstrip=False, rstrip=False) for token in SPECIAL_TOKENS]
     )
     return tokenizer
 
@@ -283,9 +273,7 @@ def build_tokenizer(vocab_size: int = 4096, seed: int = 0) -> PreTrainedTokenize
     """Train the K2 byte-level BPE tokenizer (at most `vocab_size` ids, special tokens 0..11)."""
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     if vocab_size < minimum:
-        raise ValueError(
-            f"vocab_size must be at least {minimum} (256 bytes + special tokens), got {vocab_size}"
-        )
+        raise ValueError(f"vocab_size must be at least {minimum} (256 bytes + special tokens), got {vocab_size}")
     trained = _train_bpe(build_corpus(DEFAULT_CORPUS_LINES, seed), vocab_size)
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         if trained.token_to_id(token) != expected_id:

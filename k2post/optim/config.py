@@ -10,17 +10,30 @@ from k2post.config.base import K2Config
 
 
 class QKClipConfig(K2Config):
-    """Per-head QK-Clip (K2): after each step, heads whose max pre-softmax logit exceeded tau are rescaled."""
+    """Per-head QK-Clip (K2): after each step, heads whose max pre-softmax logit exceeded the threshold are rescaled."""
 
-    enabled: bool = Field(True, description="Record per-head max attention logits in the forward pass and clip after each optimizer step.")
-    tau: float = Field(100.0, gt=0, description="Logit threshold tau (K2: 100; small ablations: 30). Heads above it are scaled by gamma = tau / S_max.")
+    renamed_fields = {"tau": "logit_threshold"}
+
+    enabled: bool = Field(
+        True, description="Record per-head max attention logits in the forward pass and clip after each optimizer step."
+    )
+    logit_threshold: float = Field(
+        100.0,
+        gt=0,
+        description="QK-Clip's logit threshold, the paper's tau (K2: 100; small ablations: 30). Heads above it are "
+        "scaled by gamma = threshold / S_max.",
+    )
 
 
 class OptimConfig(K2Config):
     """MuonClip: Muon for hidden 2-D (and per-expert 3-D) matrices, AdamW for the rest, QK-Clip after each step."""
 
     lr: float = Field(2e-4, gt=0, description="Learning rate, shared by the Muon and AdamW param groups.")
-    weight_decay: float = Field(0.1, ge=0, description="Decoupled weight decay lambda (W <- W * (1 - lr * lambda)), applied with the unadjusted lr.")
+    weight_decay: float = Field(
+        0.1,
+        ge=0,
+        description="Decoupled weight decay lambda (W <- W * (1 - lr * lambda)), applied with the unadjusted lr.",
+    )
     momentum: float = Field(0.95, ge=0, lt=1, description="Muon momentum mu.")
     nesterov: bool = Field(True, description="Nesterov momentum for Muon: direction = g + mu * buf.")
     ns_steps: int = Field(5, ge=1, description="Newton-Schulz iterations.")
@@ -30,8 +43,12 @@ class OptimConfig(K2Config):
         "CPU (bf16 GEMMs are ~20x slower than fp32 on CPUs without native bf16).",
     )
     ns_eps: float = Field(1e-7, gt=0, description="eps in X0 = M / (||M||_F + eps).")
-    rms_scale: float = Field(0.2, gt=0, description="Update RMS matching: O = NS(M) * rms_scale * sqrt(max(n, m)) (0.2 matches AdamW's RMS).")
-    adamw_betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas for embeddings, lm_head, norms, biases, router bias.")
+    rms_scale: float = Field(
+        0.2, gt=0, description="Update RMS matching: O = NS(M) * rms_scale * sqrt(max(n, m)) (0.2 matches AdamW's RMS)."
+    )
+    adamw_betas: tuple[float, float] = Field(
+        (0.9, 0.95), description="AdamW betas for embeddings, lm_head, norms, biases, router bias."
+    )
     adamw_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
     adamw_patterns: list[str] = Field(
         default_factory=lambda: ["embed_tokens", "lm_head", "e_score_correction_bias"],

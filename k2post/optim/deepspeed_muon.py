@@ -238,7 +238,10 @@ class ZeroMuonClip(torch.optim.Optimizer):
             fulls = [matrix_view(assemble_full(slot, parts), k) for slot, k in batch]  # [B, n, m] NS dtype each
             orthos = orthogonalize_many(fulls, group["ns_steps"], group["ns_eps"], dtype)
             for (slot, _), ortho, full in zip(batch, orthos, fulls):
-                ortho_flat, scale = ortho.reshape(-1), rms_factor(full.shape, group["rms_scale"])  # same order as the slot
+                ortho_flat, scale = (
+                    ortho.reshape(-1),
+                    rms_factor(full.shape, group["rms_scale"]),
+                )  # same order as the slot
                 for piece in slot.local_pieces(rank):
                     local = flat.narrow(0, piece.part_offset, piece.numel)
                     update = ortho_flat.narrow(0, piece.param_offset, piece.numel)

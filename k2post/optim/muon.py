@@ -52,6 +52,7 @@ from k2post.optim.param_groups import ParamSpecError, build_param_groups, row_sp
 # elements (bf16: 2 bytes each), which bounds the extra memory of batching.
 MAX_BATCH_NUMEL = 1 << 26
 
+
 def group_hparams(cfg: OptimConfig) -> dict[str, Any]:
     """Hyper-parameters of a param group, from `cfg` (the defaults of every MuonClip group)."""
     return {
@@ -132,7 +133,12 @@ def _momentum_buffer(state: dict, param: Tensor) -> Tensor:
 
 @torch.no_grad()
 def muon_step_(
-    param: Tensor, grad: Tensor, state: dict, group: Mapping[str, Any], splits: int = 1, stats: UpdateStats | None = None
+    param: Tensor,
+    grad: Tensor,
+    state: dict,
+    group: Mapping[str, Any],
+    splits: int = 1,
+    stats: UpdateStats | None = None,
 ) -> None:
     """One Muon step on one full tensor ([n, m] or [E, n, m]); `state` holds "momentum_buffer".
 
@@ -278,11 +284,17 @@ class MuonClip(torch.optim.Optimizer):
         """
         lr, wd = float(group["lr"]), group["weight_decay"]
         names = group.get("names") or [""] * len(group["params"])
-        params = [(p, row_splits(name, tuple(p.shape), self.cfg)) for name, p in zip(names, group["params"]) if p.grad is not None]
+        params = [
+            (p, row_splits(name, tuple(p.shape), self.cfg))
+            for name, p in zip(names, group["params"])
+            if p.grad is not None
+        ]
         for batch in _batches(params):
             dtype = ns_compute_dtype(group.get("ns_dtype", "auto"), batch[0][0].device)
             directions = [
-                matrix_view(muon_direction(p.grad, _momentum_buffer(self.state[p], p), group["momentum"], group["nesterov"]), k)
+                matrix_view(
+                    muon_direction(p.grad, _momentum_buffer(self.state[p], p), group["momentum"], group["nesterov"]), k
+                )
                 for p, k in batch
             ]
             orthos = orthogonalize_many(directions, group["ns_steps"], group["ns_eps"], dtype)

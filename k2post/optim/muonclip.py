@@ -27,7 +27,7 @@ def build_muonclip(model: nn.Module, cfg: OptimConfig) -> tuple[MuonClip, QKClip
     """
     optimizer = build_optimizer(model, cfg)
     qk_clip = QKClip(model, cfg.qk_clip)
-    optimizer.last_qk_clip_stats = QKClipStats(tau=cfg.qk_clip.tau)
+    optimizer.last_qk_clip_stats = QKClipStats(tau=cfg.qk_clip.logit_threshold)
 
     def _clip_after_step(opt: MuonClip, args: Any, kwargs: Any) -> None:
         opt.last_qk_clip_stats = qk_clip.after_step()

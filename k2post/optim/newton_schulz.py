@@ -14,8 +14,9 @@ matrices, each normalized and orthogonalized on its own.
 Numerics follow torch.optim.Muon (2.13): cast to bf16 first, norm in bf16, `X @ X^T`, then
 two fused multiply-adds (`addmm`/`baddbmm`); MuonClip's updates equal torch's bit for bit in
 our tests. torch divides by `norm.clamp(min=eps)`, we by `norm + eps` (K2's formula): in bf16
-the two are the same number unless ||M||_F < ~1e-5, and both map a zero matrix to zero. The coefficients overshoot on purpose, so 5 steps
-leave singular values spread around 1 (about 0.7-1.2 for random matrices) instead of exactly 1.
+the two are the same number unless ||M||_F < ~1e-5, and both map a zero matrix to zero. The
+coefficients overshoot on purpose, so 5 steps leave singular values spread around 1 (about 0.7-1.2
+for random matrices) instead of exactly 1.
 
 Run its tests with `python -m pytest tests/k2post/optim/test_muon.py -q`.
 """

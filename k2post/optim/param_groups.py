@@ -53,7 +53,7 @@ def _check_forced_muon(name: str, shape: tuple[int, ...], forced: list[str], cfg
 
 
 def route_param(name: str, param: Tensor, cfg: OptimConfig) -> Route:
-    """"muon" or "adamw" for the parameter `name` (see the module docstring for the rules)."""
+    """ "muon" or "adamw" for the parameter `name` (see the module docstring for the rules)."""
     shape = tuple(param.shape)
     if param.ndim > 3:
         if _matches(name, cfg.adamw_patterns):
@@ -79,7 +79,9 @@ def row_splits(name: str, shape: tuple[int, ...], cfg: OptimConfig) -> int:
     if not hits:
         return 1
     if len(set(hits)) > 1:
-        raise ParamSpecError(f"param {name!r} matches optim.fused_row_splits keys with different counts {hits}: make them specific")
+        raise ParamSpecError(
+            f"param {name!r} matches optim.fused_row_splits keys with different counts {hits}: make them specific"
+        )
     k = hits[0]
     if len(shape) < 2 or shape[-2] % k:
         raise ParamSpecError(
@@ -95,8 +97,10 @@ def build_param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict]:
     Each group is {"params": [...], "names": [...], "use_muon": bool}. Frozen params
     (requires_grad False) are skipped; tied params appear once (named_parameters dedups).
     """
-    groups = {"muon": {"params": [], "names": [], "use_muon": True},
-              "adamw": {"params": [], "names": [], "use_muon": False}}
+    groups = {
+        "muon": {"params": [], "names": [], "use_muon": True},
+        "adamw": {"params": [], "names": [], "use_muon": False},
+    }
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue

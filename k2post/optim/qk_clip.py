@@ -407,8 +407,8 @@ class MaxLogitRecorder:
         b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
         if tuple(self.token_valid.shape) != (b, lq) or lq != lk:
             raise ValueError(
-                f"MaxLogitRecorder.real_tokens mask has shape {tuple(self.token_valid.shape)} but the forward has batch {b}, "
-                f"{lq} queries and {lk} keys: pass the [batch, seq_len] mask of the same input_ids"
+                f"MaxLogitRecorder.real_tokens mask has shape {tuple(self.token_valid.shape)} but the forward has "
+                f"batch {b}, {lq} queries and {lk} keys: pass the [batch, seq_len] mask of the same input_ids"
             )
         return self.token_valid.to(query.device)
 
@@ -432,14 +432,14 @@ class MaxLogitRecorder:
         self.detach()
 
 
-def recording_real_tokens(recorder: MaxLogitRecorder | None, valid: torch.Tensor | None) -> contextlib.AbstractContextManager:
+def recording_real_tokens(
+    recorder: MaxLogitRecorder | None, valid: torch.Tensor | None
+) -> contextlib.AbstractContextManager:
     """`recorder.real_tokens(valid)`, or a no-op context when QK-Clip is off (recorder None)."""
     return contextlib.nullcontext() if recorder is None else recorder.real_tokens(valid)
 
 
-def reduce_per_head_max(
-    per_head_max: dict[int, torch.Tensor], group: Any = None
-) -> dict[int, torch.Tensor]:
+def reduce_per_head_max(per_head_max: dict[int, torch.Tensor], group: Any = None) -> dict[int, torch.Tensor]:
     """All-reduce (MAX) the per-head maxima over data-parallel ranks; identity without torch.distributed.
 
     Every rank must hold the same layer indices and head counts; all ranks then clip identically.
@@ -576,9 +576,9 @@ class QKClip:
     def after_step(self) -> QKClipStats:
         """Clip heads over tau using the maxima recorded since the last call, then reset the recorder."""
         if self.recorder is None:
-            return QKClipStats(tau=self.cfg.tau)
+            return QKClipStats(tau=self.cfg.logit_threshold)
         per_head = reduce_per_head_max(self.recorder.per_head())
-        stats = apply_qk_clip(self.model, per_head, self.cfg.tau)
+        stats = apply_qk_clip(self.model, per_head, self.cfg.logit_threshold)
         self.recorder.reset()
         return stats
 

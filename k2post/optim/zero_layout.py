@@ -114,9 +114,7 @@ def zero12_slots(
     return tuple(slots)
 
 
-def zero3_slots(
-    names: Sequence[str], shapes: Sequence[tuple[int, ...]], world_size: int
-) -> tuple[ParamSlot, ...]:
+def zero3_slots(names: Sequence[str], shapes: Sequence[tuple[int, ...]], world_size: int) -> tuple[ParamSlot, ...]:
     """Slots of a ZeRO-3 sub-group: each param split on its own into `world_size` equal chunks."""
     slots, offset = [], 0
     for name, shape in zip(names, shapes, strict=True):

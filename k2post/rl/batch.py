@@ -20,7 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from k2post.rl.config import BudgetConfig, LengthPenaltyConfig
+from k2post.rl.losses import group_advantages
 from k2post.rl.shaping import apply_budget, grouped_length_rewards
 
 
@@ -122,9 +125,8 @@ def shaped_rewards(
 
 
 def group_advantages_of(rewards: Sequence[float]) -> list[float]:
-    """r_i - mean(r) within one group."""
-    mean = sum(rewards) / len(rewards)
-    return [r - mean for r in rewards]
+    """r_i - mean(r) within one group: `losses.group_advantages` (the one definition) on a float64 copy."""
+    return group_advantages(torch.tensor(list(rewards), dtype=torch.float64), len(rewards)).tolist()
 
 
 def step_sequences(groups: Sequence[Sequence[Sample]], rewards: Sequence[Sequence[float]]) -> list[TrainSequence]:
@@ -132,8 +134,15 @@ def step_sequences(groups: Sequence[Sequence[Sample]], rewards: Sequence[Sequenc
     rows = []
     for group, group_rewards in zip(groups, rewards):
         for sample, advantage in zip(group, group_advantages_of(group_rewards)):
-            rows.append(TrainSequence(sample.token_ids, sample.loss_mask, advantage, f"{sample.group_id}/{sample.index}",
-                                      sample.rollout_logprob))
+            rows.append(
+                TrainSequence(
+                    sample.token_ids,
+                    sample.loss_mask,
+                    advantage,
+                    f"{sample.group_id}/{sample.index}",
+                    sample.rollout_logprob,
+                )
+            )
     return rows
 
 
@@ -162,7 +171,9 @@ def micro_loss_scale(step_sequences_total: int, world_size: int, gas: int) -> fl
     return world_size * gas / step_sequences_total
 
 
-def pad_rows(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
+def pad_rows(
+    token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], pad_id: int
+) -> tuple[list[list[int]], list[list[int]]]:
     """Right-pad to the longest row (padding is masked out; causal attention never reads it)."""
     width = max(len(ids) for ids in token_ids)
     ids = [list(row) + [pad_id] * (width - len(row)) for row in token_ids]

@@ -13,11 +13,17 @@ class BudgetConfig(K2Config):
     """Budget control (K2): per task type a max-token budget; a response that hits it is penalized."""
 
     default_max_tokens: int = Field(256, gt=0, description="Budget of task types not listed in `max_tokens`.")
-    max_tokens: dict[str, int] = Field(default_factory=dict, description="Token budget per task type (e.g. math: 128, tool_use: 512).")
-    penalty: Literal["replace", "subtract", "none"] = Field(
-        "replace", description="What a truncated response gets: replace its reward by `penalty_value`, subtract `penalty_value`, or nothing."
+    max_tokens: dict[str, int] = Field(
+        default_factory=dict, description="Token budget per task type (e.g. math: 128, tool_use: 512)."
     )
-    penalty_value: float = Field(0.0, description="The replacement reward (replace) or the amount subtracted (subtract).")
+    penalty: Literal["replace", "subtract", "none"] = Field(
+        "replace",
+        description="What a truncated response gets: replace its reward by `penalty_value`, subtract `penalty_value`, "
+        "or nothing.",
+    )
+    penalty_value: float = Field(
+        0.0, description="The replacement reward (replace) or the amount subtracted (subtract)."
+    )
 
     @model_validator(mode="after")
     def _positive_budgets(self) -> "BudgetConfig":
@@ -51,8 +57,12 @@ class TemperatureScheduleConfig(K2Config):
 class TemperatureConfig(K2Config):
     """A default schedule plus per-task-type ones."""
 
-    default: TemperatureScheduleConfig = Field(default_factory=TemperatureScheduleConfig, description="Schedule of task types not listed.")
-    per_task_type: dict[str, TemperatureScheduleConfig] = Field(default_factory=dict, description="Schedule per task type.")
+    default: TemperatureScheduleConfig = Field(
+        default_factory=TemperatureScheduleConfig, description="Schedule of task types not listed."
+    )
+    per_task_type: dict[str, TemperatureScheduleConfig] = Field(
+        default_factory=dict, description="Schedule per task type."
+    )
 
     def schedule_for(self, task_type: str) -> TemperatureScheduleConfig:
         """The schedule of a task type."""
@@ -63,7 +73,16 @@ class PromptSamplingConfig(K2Config):
     """How prompts are drawn from a task pool: uniform, prioritized by failure, curriculum by difficulty."""
 
     strategy: Literal["uniform", "prioritized", "curriculum"] = Field("prioritized", description="Sampling strategy.")
-    min_weight: float = Field(0.05, gt=0, le=1, description="Prioritized: floor of a task's weight (1 - success rate), so solved tasks still come back.")
-    prior_success: float = Field(0.5, ge=0, le=1, description="Prioritized: success rate assumed for a task never tried.")
-    curriculum_start: float = Field(0.3, gt=0, le=1, description="Curriculum: share of the pool (easiest first) open at iteration 0.")
+    min_weight: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="Prioritized: floor of a task's weight (1 - success rate), so solved tasks still come back.",
+    )
+    prior_success: float = Field(
+        0.5, ge=0, le=1, description="Prioritized: success rate assumed for a task never tried."
+    )
+    curriculum_start: float = Field(
+        0.3, gt=0, le=1, description="Curriculum: share of the pool (easiest first) open at iteration 0."
+    )
     curriculum_iterations: int = Field(50, gt=0, description="Curriculum: iterations until the whole pool is open.")

@@ -35,7 +35,7 @@ from k2post.evaluation.heldout import draw_tasks, eval_work, final_text, mean_ac
 from k2post.rl import batch as rb
 from k2post.rl.critic_loop import CalibrationHarvester, PendingGroups, group_of, score_on_actors
 from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_signal
-from k2post.rollout.agentic import episode_tool_stats
+from k2post.rollout.agentic import EpisodeOptions, episode_tool_stats
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
 from k2post.rl.sampling import PromptSampler
@@ -107,8 +107,11 @@ def engine_gap(rows: list[rb.TrainSequence], trainer_logprobs: list[float]) -> d
 def progress_line(row: dict[str, Any], done: int, end: int, seconds_per_it: float) -> str:
     """One line per logged iteration when no progress bar is shown (logs, `ray job` output)."""
     evals = f" eval {row['eval/mean_accuracy']:.3f}" if "eval/mean_accuracy" in row else ""
-    return (f"rl: iteration {done}/{end} reward {row.get('reward/mean', float('nan')):.3f} steps {row.get('train/step_total', 0)}"
-            f"{evals} ({seconds_per_it:.1f} s/it, eta {seconds_per_it * (end - done) / 60:.1f} min)")
+    return (
+        f"rl: iteration {done}/{end} reward {row.get('reward/mean', float('nan')):.3f} "
+        f"steps {row.get('train/step_total', 0)}"
+        f"{evals} ({seconds_per_it:.1f} s/it, eta {seconds_per_it * (end - done) / 60:.1f} min)"
+    )
 
 
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -129,8 +132,9 @@ class RLRun:
     def __init__(self, cfg: RLConfig) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
-        self.state = ControllerState(book=rb.GroupBook(cfg.rollout.samples_per_prompt),
-                                     pending=PendingGroups(cfg.rollout.samples_per_prompt))
+        self.state = ControllerState(
+            book=rb.GroupBook(cfg.rollout.samples_per_prompt), pending=PendingGroups(cfg.rollout.samples_per_prompt)
+        )
         self.trainers: list[Any] = []
         self.rollouts: list[Any] = []
         self.pool = self.reward_pool = self.log = self.placement = None
@@ -143,7 +147,10 @@ class RLRun:
         """Refuse an earlier run unless resuming; write config.yaml; returns the checkpoint to resume from."""
         earlier = (self.run_dir / "metrics.jsonl").exists() or latest_checkpoint(self.run_dir) is not None
         if earlier and not self.cfg.resume:
-            raise RLRunDirError(f"run_dir {self.cfg.run_dir!r} already holds a run: set resume: true (or --resume) to continue it, or pick another run_dir")
+            raise RLRunDirError(
+                f"run_dir {self.cfg.run_dir!r} already holds a run: set resume: true (or --resume) to continue it, "
+                "or pick another run_dir"
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_yaml(self.cfg))
         return latest_checkpoint(self.run_dir) if self.cfg.resume else None
@@ -162,11 +169,19 @@ class RLRun:
             self.pools[name] = {task.id: task for task in tasks}
             self.heldout[name] = draw_tasks(env, train.eval_split, train.eval_tasks_per_env, self.cfg.seed)
             difficulty = {t.id: float(t.metadata.get("difficulty", 0)) for t in tasks}
-            self.samplers[name] = PromptSampler(list(self.pools[name]), self.cfg.sampling, difficulty, seed=self.cfg.seed)
+            self.samplers[name] = PromptSampler(
+                list(self.pools[name]), self.cfg.prompt_sampling, difficulty, seed=self.cfg.seed
+            )
         self.harvester = None
         if "critic_calibration" in self.envs and self.cfg.critic.harvest_pairs_per_group > 0:
-            self.harvester = CalibrationHarvester("critic_calibration", self.envs["critic_calibration"], self.cfg.reward.success_threshold,
-                                                  self.cfg.critic.harvest_pairs_per_group, self.cfg.critic.max_harvested_tasks, self.cfg.seed)
+            self.harvester = CalibrationHarvester(
+                "critic_calibration",
+                self.envs["critic_calibration"],
+                self.cfg.reward.success_threshold,
+                self.cfg.critic.harvest_pairs_per_group,
+                self.cfg.critic.max_harvested_tasks,
+                self.cfg.seed,
+            )
 
     def add_tasks(self, env_name: str, tasks: list[Task]) -> int:
         """Grow an environment's train pool during the run (kept in the controller state for resume)."""
@@ -207,11 +222,13 @@ class RLRun:
         import ray
 
         from k2post.rl.trainer import RLTrainerWorker
-        from k2post.sft.runtime import free_port
+        from k2post.train.distributed import free_port
 
         port, actor_cls = free_port(), ray.remote(RLTrainerWorker)
-        self.trainers = [actor_cls.options(**self._options(r)).remote(self.cfg, str(self.model_dir), r, port)
-                         for r in range(self.cfg.trainer.world_size)]
+        self.trainers = [
+            actor_cls.options(**self._options(r)).remote(self.cfg, str(self.model_dir), r, port)
+            for r in range(self.cfg.trainer.world_size)
+        ]
         self.trainer_facts = ray.get([t.ready.remote() for t in self.trainers])
 
     def _start_rollout(self, replica: int) -> Any:
@@ -219,10 +236,24 @@ class RLRun:
         from k2post.rollout.config import SamplingConfig
 
         rollout = self.cfg.rollout
-        sampling = SamplingConfig(temperature=1.0, top_p=rollout.top_p, max_tokens=rollout.agentic.max_turn_tokens, logprobs=True)
+        # the runner's defaults: every RL episode's EpisodeOptions set its temperature (the decay schedule at its
+        # iteration), seed and budget
+        sampling = SamplingConfig(
+            temperature=self.cfg.temperature.default.start,
+            top_p=rollout.top_p,
+            max_tokens=rollout.agentic.max_turn_tokens,
+            logprobs=True,
+        )
         engine = rollout.engine.model_copy(update={"seed": self.cfg.seed})
-        return make_rollout_actor(self.model_dir, engine, self.cfg.env_configs(), rollout.agentic, sampling,
-                                  max_restarts=0, **self._options(replica))
+        return make_rollout_actor(
+            self.model_dir,
+            engine,
+            self.cfg.env_configs(),
+            rollout.agentic,
+            sampling,
+            max_restarts=0,
+            **self._options(replica),
+        )
 
     def start_rollouts(self) -> None:
         import ray
@@ -263,11 +294,14 @@ class RLRun:
                 groups.append((f"i{iteration}-{name}-{j}", name, self.pools[name][task_id]))
         return groups
 
-    def _episode_options(self, group_id: str, k: int, task: Task, iteration: int) -> dict[str, Any]:
+    def _episode_options(self, group_id: str, k: int, task: Task, iteration: int) -> EpisodeOptions:
         key = f"{group_id}/{k}"
-        return {"id": key, "seed": episode_seed(self.cfg.seed, key),
-                "temperature": temperature_for(self.cfg.temperature, task.task_type, iteration),
-                "max_tokens": self.cfg.budget.budget_for(task.task_type)}
+        return EpisodeOptions(
+            id=key,
+            seed=episode_seed(self.cfg.seed, key),
+            temperature=temperature_for(self.cfg.temperature, task.task_type, iteration),
+            max_tokens=self.cfg.budget.budget_for(task.task_type),
+        )
 
     def start_groups(self, groups: list[tuple[str, str, Task]], iteration: int) -> None:
         """Open each group and queue its K episodes on replica (group index mod replicas)."""
@@ -314,7 +348,10 @@ class RLRun:
 
         self.restarts += 1
         if self.restarts > self.cfg.ray.actor_restarts:
-            raise RuntimeError(f"rollout actors died {self.restarts} times (ray.actor_restarts={self.cfg.ray.actor_restarts}): giving up")
+            raise RuntimeError(
+                f"rollout actors died {self.restarts} times (ray.actor_restarts={self.cfg.ray.actor_restarts}): "
+                "giving up"
+            )
         lost = [g for g, r in self.state.group_replica.items() if r == replica]
         self.state.book.drop(lost)
         self.state.pending.drop(lost)
@@ -340,7 +377,9 @@ class RLRun:
         rewards, metrics, dead = score_on_actors(complete, self.rollouts, lambda g: self.state.group_replica.get(g, 0))
         for replica in sorted(dead):
             self.replace_rollout(replica)
-        samples += [self._sample(e, r) for g, group_rewards in rewards.items() for e, r in zip(complete[g], group_rewards)]
+        samples += [
+            self._sample(e, r) for g, group_rewards in rewards.items() for e, r in zip(complete[g], group_rewards)
+        ]
         return samples, metrics
 
     def rewards(self, episodes: list[Any]) -> list[Any]:
@@ -351,11 +390,23 @@ class RLRun:
     @staticmethod
     def _sample(episode: Any, reward: Any) -> rb.Sample:
         group_id, index = group_of(episode.id)
-        return rb.Sample(group_id, index, episode.env_name, episode.task.task_type, episode.task.id,
-                         list(episode.token_ids), list(episode.loss_mask), float(reward.value), episode.truncated,
-                         str(episode.finish_reason), [v for v in episode.versions if v >= 0], reward.error,
-                         sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m), final_text(episode),
-                         **episode_tool_stats(episode))
+        return rb.Sample(
+            group_id,
+            index,
+            episode.env_name,
+            episode.task.task_type,
+            episode.task.id,
+            list(episode.token_ids),
+            list(episode.loss_mask),
+            float(reward.value),
+            episode.truncated,
+            str(episode.finish_reason),
+            [v for v in episode.versions if v >= 0],
+            reward.error,
+            sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m),
+            final_text(episode),
+            **episode_tool_stats(episode),
+        )
 
     def file_samples(self, samples: list[rb.Sample]) -> int:
         """Add samples to the book; completed groups update their env's prompt sampler and feed the critic's
@@ -369,7 +420,9 @@ class RLRun:
             self.samplers[group[0].env_name].update({group[0].task_id: success})
             if self.harvester is not None:
                 task = self.pools[group[0].env_name][group[0].task_id]
-                new = self.harvester.harvest(group[0].env_name, task, [s.response_text for s in group], [s.reward for s in group])
+                new = self.harvester.harvest(
+                    group[0].env_name, task, [s.response_text for s in group], [s.reward for s in group]
+                )
                 self.add_tasks("critic_calibration", new)
         return completed
 
@@ -399,18 +452,36 @@ class RLRun:
         taken = [self.state.book.take(loss.groups_per_step) for _ in range(steps)]
         batches = [self._step_batch(groups, iteration) for groups in taken]
         # learning signal of every group trained this iteration (same in each step's row: survives the step average)
-        signal = {} if loss.drop_uniform_groups else group_diagnostics(  # with the drop: measured before it (iteration())
-            [r for _, shaped in batches for r in shaped], [g[0].env_name for groups in taken for g in groups])
+        signal = (
+            {}
+            if loss.drop_uniform_groups
+            else group_diagnostics(  # with the drop: measured before it (iteration())
+                [r for _, shaped in batches for r in shaped], [g[0].env_name for groups in taken for g in groups]
+            )
+        )
         with timer("logprobs"):  # pi_old: the weights at the start of the iteration, for every step's data
-            olds = [ray.get([t.sequence_logprobs.remote(s) for t, s in zip(self.trainers, shards)]) for shards, _ in batches]
-        gap = engine_gap([s for shards, _ in batches for shard in shards for s in shard], [v for old in olds for o in old for v in o])
+            olds = [
+                ray.get([t.sequence_logprobs.remote(s) for t, s in zip(self.trainers, shards)]) for shards, _ in batches
+            ]
+        gap = engine_gap(
+            [s for shards, _ in batches for shard in shards for s in shard], [v for old in olds for o in old for v in o]
+        )
         for (shards, shaped), old in zip(batches, olds):
             micro = [rb.micro_batches(s, loss.micro_batch_size) for s in shards]
             old_micro = [rb.micro_batches(o, loss.micro_batch_size) for o in old]
             with timer("train"):
-                results = ray.get([t.train_step.remote(m, o, self.state.step) for t, m, o in zip(self.trainers, micro, old_micro)])
+                results = ray.get(
+                    [t.train_step.remote(m, o, self.state.step) for t, m, o in zip(self.trainers, micro, old_micro)]
+                )
             self.state.step += 1
-            rows.append({**results[0], **gap, **signal, "train/shaped_reward_mean": sum(map(sum, shaped)) / sum(map(len, shaped))})
+            rows.append(
+                {
+                    **results[0],
+                    **gap,
+                    **signal,
+                    "train/shaped_reward_mean": sum(map(sum, shaped)) / sum(map(len, shaped)),
+                }
+            )
         with timer("wake"):
             self._sleep_rollouts(False)
         return rows
@@ -426,9 +497,13 @@ class RLRun:
         return row
 
     def _shaped(self, group: list[rb.Sample], iteration: int) -> list[float]:
-        return rb.shaped_rewards(group, self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold)
+        return rb.shaped_rewards(
+            group, self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold
+        )
 
-    def _step_batch(self, groups: list[list[rb.Sample]], iteration: int) -> tuple[list[list[rb.TrainSequence]], list[list[float]]]:
+    def _step_batch(
+        self, groups: list[list[rb.Sample]], iteration: int
+    ) -> tuple[list[list[rb.TrainSequence]], list[list[float]]]:
         """(per-rank shards of sequences with advantages, shaped rewards per group) of one optimizer step."""
         shaped = [self._shaped(g, iteration) for g in groups]
         shards = rb.shard_for_ranks(rb.step_sequences(groups, shaped), self.cfg.trainer.world_size)
@@ -478,16 +553,18 @@ class RLRun:
 
         trainer = ray.get([t.memory.remote() for t in self.trainers])
         rollout = ray.get([a.memory.remote() for a in self.rollouts])
-        return {"memory/colocated_rss_mib": sum(m["rss_mib"] for m in trainer + rollout),
-                "memory/colocated_peak_mib": sum(m["peak_rss_mib"] for m in trainer + rollout),
-                "memory/trainer_peak_mib": max(m["peak_rss_mib"] for m in trainer),
-                "memory/rollout_peak_mib": max(m["peak_rss_mib"] for m in rollout)}
+        return {
+            "memory/colocated_rss_mib": sum(m["rss_mib"] for m in trainer + rollout),
+            "memory/colocated_peak_mib": sum(m["peak_rss_mib"] for m in trainer + rollout),
+            "memory/trainer_peak_mib": max(m["peak_rss_mib"] for m in trainer),
+            "memory/rollout_peak_mib": max(m["peak_rss_mib"] for m in rollout),
+        }
 
     def save(self, iteration: int) -> Path:
         """checkpoints/iter-N atomically: trainer engine state + HF model, paused episodes, controller state."""
         import ray
 
-        from k2post.sft.checkpoint import _publish
+        from k2post.train.checkpoint import publish
 
         target = self.run_dir / CHECKPOINTS / f"iter-{iteration}"
         tmp = target.with_name(f".{target.name}.tmp")
@@ -502,12 +579,12 @@ class RLRun:
             pickle.dump(self.state, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        _publish(tmp, target)
+        publish(tmp, target)
         self._prune()
         return target
 
     def _prune(self) -> None:
-        for _, path in complete_checkpoints(self.run_dir)[: -self.cfg.train.keep_checkpoints]:
+        for _, path in complete_checkpoints(self.run_dir)[: -self.cfg.checkpoint.keep]:
             shutil.rmtree(path, ignore_errors=True)
 
     def resume_from(self, checkpoint: Path) -> None:
@@ -533,10 +610,13 @@ class RLRun:
         if not samples:
             return {"rollout/finished": 0}
         n = len(samples)
-        row = {"rollout/finished": n, "reward/mean": sum(s.reward for s in samples) / n,
-               "rollout/response_tokens_mean": sum(s.response_tokens for s in samples) / n,
-               "rollout/truncation_rate": sum(s.truncated for s in samples) / n,
-               "rollout/reward_errors": sum(s.reward_error is not None for s in samples)}
+        row = {
+            "rollout/finished": n,
+            "reward/mean": sum(s.reward for s in samples) / n,
+            "rollout/response_tokens_mean": sum(s.response_tokens for s in samples) / n,
+            "rollout/truncation_rate": sum(s.truncated for s in samples) / n,
+            "rollout/reward_errors": sum(s.reward_error is not None for s in samples),
+        }
         for name in self.envs:
             mine = [s.reward for s in samples if s.env_name == name]
             if mine:
@@ -555,7 +635,12 @@ class RLRun:
             row["rollout/groups_completed"] = self.file_samples(samples)
         row.update(critic_metrics)
         if self.harvester is not None:
-            row.update({"calibration/harvested_tasks": self.harvester.added, "calibration/pool": len(self.pools["critic_calibration"])})
+            row.update(
+                {
+                    "calibration/harvested_tasks": self.harvester.added,
+                    "calibration/pool": len(self.pools["critic_calibration"]),
+                }
+            )
         row.update(self.rollout_metrics(samples))
         if self.cfg.loss.drop_uniform_groups:
             row.update(self._drop_uniform(iteration))
@@ -565,9 +650,21 @@ class RLRun:
                 row.update(self.push())
             with timer("offload"):
                 self._offload_trainers(True)
-            row.update({k: sum(r[k] for r in train_rows) / len(train_rows) for k in train_rows[0] if isinstance(train_rows[0][k], (int, float))})
-        row.update({"train/steps": len(train_rows), "train/step_total": self.state.step, "rollout/paused_groups": len(self.state.book.open_groups),
-                    "rollout/actor_restarts": self.restarts})
+            row.update(
+                {
+                    k: sum(r[k] for r in train_rows) / len(train_rows)
+                    for k in train_rows[0]
+                    if isinstance(train_rows[0][k], (int, float))
+                }
+            )
+        row.update(
+            {
+                "train/steps": len(train_rows),
+                "train/step_total": self.state.step,
+                "rollout/paused_groups": len(self.state.book.open_groups),
+                "rollout/actor_restarts": self.restarts,
+            }
+        )
         if self._due(iteration + 1, self.cfg.train.eval_every):
             with timer("eval"):
                 row.update(self.evaluate())
@@ -586,7 +683,14 @@ class RLRun:
         end = min(train.iterations, train.stop_at_iteration or train.iterations)
         if self.state.iteration == 0:
             self.log.append({"iteration": 0, **self.evaluate()})
-        bar = tqdm(range(self.state.iteration, end), desc="rl", unit="it", disable=None, initial=self.state.iteration, total=end)
+        bar = tqdm(
+            range(self.state.iteration, end),
+            desc="rl",
+            unit="it",
+            disable=None,
+            initial=self.state.iteration,
+            total=end,
+        )
         started, first = time.perf_counter(), self.state.iteration
         for iteration in bar:
             row = self.iteration(iteration)
@@ -594,8 +698,11 @@ class RLRun:
             self.log.append(row)
             bar.set_postfix(reward=f"{row.get('reward/mean', float('nan')):.3f}", steps=self.state.step)
             if bar.disable and (iteration + 1 == end or (iteration + 1) % train.log_every == 0):
-                print(progress_line(row, iteration + 1, end, (time.perf_counter() - started) / (iteration + 1 - first)), flush=True)
-            if iteration + 1 == end or self._due(iteration + 1, train.save_every):
+                print(
+                    progress_line(row, iteration + 1, end, (time.perf_counter() - started) / (iteration + 1 - first)),
+                    flush=True,
+                )
+            if iteration + 1 == end or self._due(iteration + 1, self.cfg.checkpoint.every):
                 self.save(iteration + 1)
         return end
 
@@ -604,16 +711,26 @@ class RLRun:
         final = None
         if end >= self.cfg.train.iterations:
             final = self.run_dir / "final"
-            shutil.copytree(self.run_dir / CHECKPOINTS / f"iter-{end}", final.with_name(".final.tmp"), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("engine", "rng", STATE_FILE))
-            from k2post.sft.checkpoint import _publish
+            shutil.copytree(
+                self.run_dir / CHECKPOINTS / f"iter-{end}",
+                final.with_name(".final.tmp"),
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("engine", "rng", STATE_FILE),
+            )
+            from k2post.train.checkpoint import publish
 
-            _publish(final.with_name(".final.tmp"), final)
+            publish(final.with_name(".final.tmp"), final)
         rows = read_metrics(self.run_dir / "metrics.jsonl")
         plots = write_plots(self.run_dir / "metrics.jsonl", self.run_dir / "plots") if self.cfg.train.plots else []
-        summary = {**summary_of(rows), "completed": final is not None, "final_dir": str(final) if final else None,
-                   "optimizer_steps": self.state.step, "actor_restarts": self.restarts, "wall_s": round(wall_s, 2),
-                   "plots": [p.name for p in plots]}
+        summary = {
+            **summary_of(rows),
+            "completed": final is not None,
+            "final_dir": str(final) if final else None,
+            "optimizer_steps": self.state.step,
+            "actor_restarts": self.restarts,
+            "wall_s": round(wall_s, 2),
+            "plots": [p.name for p in plots],
+        }
         dump_json(self.run_dir / "summary.json", summary)
         return summary
 

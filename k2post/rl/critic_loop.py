@@ -67,16 +67,21 @@ class PendingGroups:
             self.episodes.pop(group_id, None)
 
 
-def score_on_actors(complete: dict[str, list[Any]], actors: Sequence[Any], replica_of: Callable[[str], int]
-                    ) -> tuple[dict[str, list[Reward]], dict[str, float], set[int]]:
+def score_on_actors(
+    complete: dict[str, list[Any]], actors: Sequence[Any], replica_of: Callable[[str], int]
+) -> tuple[dict[str, list[Reward]], dict[str, float], set[int]]:
     """Score complete groups on the actors that ran them: (rewards by group id, merged metrics, dead replicas)."""
     import ray
 
     calls: dict[tuple[int, str], list[str]] = {}
     for group_id, episodes in complete.items():
         calls.setdefault((replica_of(group_id), episodes[0].env_name), []).append(group_id)
-    refs = {key: actors[key[0]].score_groups.remote(key[1], [(complete[g][0].task, [final_text(e) for e in complete[g]])
-                                                            for g in groups]) for key, groups in calls.items()}
+    refs = {
+        key: actors[key[0]].score_groups.remote(
+            key[1], [(complete[g][0].task, [final_text(e) for e in complete[g]]) for g in groups]
+        )
+        for key, groups in calls.items()
+    }
     rewards, metrics, dead = {}, [], set()
     for (replica, env_name), ref in refs.items():
         try:
@@ -93,7 +98,9 @@ def score_on_actors(complete: dict[str, list[Any]], actors: Sequence[Any], repli
 class CalibrationHarvester:
     """On-policy (correct, wrong) pairs from the calibration env's sources -> judge tasks for its train pool."""
 
-    def __init__(self, env_name: str, env: Environment, threshold: float, pairs_per_group: int, max_tasks: int, seed: int) -> None:
+    def __init__(
+        self, env_name: str, env: Environment, threshold: float, pairs_per_group: int, max_tasks: int, seed: int
+    ) -> None:
         self.env_name, self.env = env_name, env
         self.sources = {entry.name for entry in env.config.sources}
         self.threshold, self.pairs_per_group, self.max_tasks, self.seed = threshold, pairs_per_group, max_tasks, seed
@@ -110,7 +117,7 @@ class CalibrationHarvester:
 
     def harvest(self, env_name: str, task: Task, texts: Sequence[str], rewards: Sequence[float]) -> list[Task]:
         """New judge tasks from one completed group of a source environment (none once `max_tasks` were added)."""
-        from rubrics.calibration import pairs_from_group
+        from k2post.judging.calibration import pairs_from_group
 
         if env_name not in self.sources or self.added >= self.max_tasks:
             return []

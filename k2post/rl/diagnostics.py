@@ -50,8 +50,11 @@ def group_diagnostics(
     if not rewards_per_group:
         return {}
     stds = [group_reward_std(g) for g in rewards_per_group]
-    row = {"rollout/groups_nonzero_adv_frac": nonzero_adv_fraction(rewards_per_group, tolerance),
-           "rollout/reward_std_mean": sum(stds) / len(stds), "rollout/reward_std_max": max(stds)}
+    row = {
+        "rollout/groups_nonzero_adv_frac": nonzero_adv_fraction(rewards_per_group, tolerance),
+        "rollout/reward_std_mean": sum(stds) / len(stds),
+        "rollout/reward_std_max": max(stds),
+    }
     for env in sorted(set(env_per_group)):
         mine = [g for g, e in zip(rewards_per_group, env_per_group) if e == env]
         row[f"rollout/groups_nonzero_adv_frac/{env}"] = nonzero_adv_fraction(mine, tolerance)
@@ -73,9 +76,11 @@ def agentic_metrics(samples: Sequence[Any], success_threshold: float) -> dict[st
         if not is_agentic(mine):
             continue
         n, calls, bad = len(mine), sum(s.tool_calls for s in mine), sum(s.malformed_calls for s in mine)
-        row |= {f"agent/{env}/success_rate": sum(s.reward >= success_threshold for s in mine) / n,
-                f"agent/{env}/well_formed_call_rate": calls / (calls + bad) if calls + bad else math.nan,
-                f"agent/{env}/turns_mean": sum(s.turns for s in mine) / n,
-                f"agent/{env}/tool_calls_mean": calls / n,
-                f"agent/{env}/tool_errors_mean": sum(s.tool_errors for s in mine) / n}
+        row |= {
+            f"agent/{env}/success_rate": sum(s.reward >= success_threshold for s in mine) / n,
+            f"agent/{env}/well_formed_call_rate": calls / (calls + bad) if calls + bad else math.nan,
+            f"agent/{env}/turns_mean": sum(s.turns for s in mine) / n,
+            f"agent/{env}/tool_calls_mean": calls / n,
+            f"agent/{env}/tool_errors_mean": sum(s.tool_errors for s in mine) / n,
+        }
     return row

@@ -45,7 +45,9 @@ def sequence_logratio(logp_new: torch.Tensor, logp_old: torch.Tensor, mask: torc
     return sequence_logprob(logp_new, mask) - sequence_logprob(logp_old.detach(), mask)
 
 
-def k15_residuals(seq_logp_new: torch.Tensor, seq_logp_old: torch.Tensor, advantages: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+def k15_residuals(
+    seq_logp_new: torch.Tensor, seq_logp_old: torch.Tensor, advantages: torch.Tensor, tau: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(residual_i = A_i - tau * (log pi_new - log pi_old)(y_i|x), the log-ratio) per sample. [N] each.
 
     Advantages and pi_old are constants (detached); the K1.5 loss is the mean of residual^2."""
@@ -58,7 +60,9 @@ def k15_residuals(seq_logp_new: torch.Tensor, seq_logp_old: torch.Tensor, advant
 def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """r_i - mean of its group of K consecutive samples. [N] -> [N]."""
     if rewards.ndim != 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
+        raise ValueError(
+            f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}"
+        )
     grouped = rewards.view(-1, group_size)
     return (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)
 
@@ -75,7 +79,9 @@ def k15_loss(
     advantages = group_advantages(rewards.to(logp_new.dtype), group_size)
     if logp_new.shape != logp_old.shape:
         raise ValueError(f"logp_new {tuple(logp_new.shape)} and logp_old {tuple(logp_old.shape)} must match")
-    residual, logratio = k15_residuals(sequence_logprob(logp_new, mask), sequence_logprob(logp_old, mask), advantages, tau)  # [N]
+    residual, logratio = k15_residuals(
+        sequence_logprob(logp_new, mask), sequence_logprob(logp_old, mask), advantages, tau
+    )  # [N]
     loss = residual.pow(2).view(-1, group_size).mean(dim=1).mean()
     stats = {
         "rl/loss": float(loss.detach()),
@@ -114,7 +120,9 @@ def logits_window(mask: torch.Tensor) -> int:
 
 
 def tail_logprobs(tail_logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """`shifted_logprobs` from the logits of the last L positions only; earlier positions get 0. [N, L, V], [N, T] -> [N, T]."""
+    """`shifted_logprobs` from the logits of the last L positions only; earlier positions get 0.
+    [N, L, V], [N, T] -> [N, T].
+    """
     window, length = tail_logits.shape[1], input_ids.shape[1]
     if not 1 <= window <= length:
         raise ValueError(f"tail of {window} logits for {length} tokens")
@@ -129,4 +137,6 @@ def ptx_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     shift_logits, shift_labels = logits[:, :-1].float(), labels[:, 1:]
     if (shift_labels != IGNORE_INDEX).sum() == 0:
         raise ValueError("ptx batch has no trained tokens (every label is IGNORE_INDEX)")
-    return F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX
+    )

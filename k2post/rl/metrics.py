@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from k2post.sft.metrics import MetricsLog
+from k2post.train.metrics import MetricsLog
 
 PLOTS = {
     "reward": ("reward/mean", "reward/shaped_mean"),
@@ -28,7 +28,12 @@ PLOTS = {
     "weight_sync": ("time/push_s",),
     "phase_times": ("time/",),
     "critic_agreement": ("critic_calibration/accuracy", "reward/critic_calibration"),
-    "critic_judging": ("critic/unparseable_rate", "critic/tie_rate", "critic/position_a_rate", "critic/order_disagreement_rate"),
+    "critic_judging": (
+        "critic/unparseable_rate",
+        "critic/tie_rate",
+        "critic/position_a_rate",
+        "critic/order_disagreement_rate",
+    ),
 }
 
 # multi-panel figures: name -> (panel title, key prefixes) per panel (scales differ, so one axis each)
@@ -120,7 +125,7 @@ def _draw(plt: Any, title: str, panels: list[tuple[str, dict[str, tuple[list[int
         ax.set_xlabel("iteration")
         ax.set_title(panel_title)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     if len(panels) > 1:
         fig.suptitle(title)

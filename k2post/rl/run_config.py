@@ -20,6 +20,7 @@ from k2post.models.config import ModelConfig
 from k2post.optim.config import OptimConfig
 from k2post.rl.config import BudgetConfig, LengthPenaltyConfig, PromptSamplingConfig, TemperatureConfig
 from k2post.rollout.config import AgenticRolloutConfig, VLLMEngineConfig
+from k2post.train.config import MOVED_TRAIN_KEYS, CheckpointConfig, LRScheduleConfig
 
 
 class RLRolloutConfig(K2Config):
@@ -38,25 +39,32 @@ class RLRolloutConfig(K2Config):
         description="Turn limits, observation cut and partial rollout (iteration_token_budget) of the episodes.",
     )
     sleep_during_training: bool = Field(
-        True, description="Put the engines to sleep while the trainer steps (frees the KV cache) and wake them for the push."
+        True,
+        description="Put the engines to sleep while the trainer steps (frees the KV cache) and wake them for the push.",
     )
 
 
 class RLLossConfig(K2Config):
     """The K1.5 objective plus the PTX term, and how many optimizer steps one iteration takes."""
 
-    tau: float = Field(0.1, gt=0, description="K1.5 tau: weight of the log-ratio inside the square (larger = more conservative).")
+    tau: float = Field(
+        0.1, gt=0, description="K1.5 tau: weight of the log-ratio inside the square (larger = more conservative)."
+    )
     groups_per_step: int = Field(8, ge=1, description="Complete prompt groups (K samples each) in one optimizer step.")
     max_steps_per_iteration: int = Field(
         1, ge=1, description="Most optimizer steps per iteration; ready groups beyond that wait for the next iteration."
     )
     drop_uniform_groups: bool = Field(
-        False, description="Train only on groups whose shaped rewards differ (DAPO's dynamic sampling): a group of equal rewards "
-        "has zero advantage everywhere and would only add the tau term. Its success still updates the prompt sampler. Draw more "
-        "prompts (rollout.prompts_per_iteration) to keep groups_per_step x max_steps_per_iteration groups a step.",
+        False,
+        description="Train only on groups whose shaped rewards differ (DAPO's dynamic sampling): a group of equal "
+        "rewards has zero advantage everywhere and would only add the tau term. Its success still updates the prompt "
+        "sampler. Draw more prompts (rollout.prompts_per_iteration) to keep groups_per_step x max_steps_per_iteration "
+        "groups a step.",
     )
     ptx_coef: float = Field(0.0, ge=0, description="alpha_ptx: weight of the PTX NLL on curated data (0: off).")
-    ptx_data: str | None = Field(None, description="HF dataset dir of chat rows for the PTX loss (what `k2post synth` writes).")
+    ptx_data: str | None = Field(
+        None, description="HF dataset dir of chat rows for the PTX loss (what `k2post synth` writes)."
+    )
     ptx_rows_per_step: int = Field(2, ge=1, description="Chat rows in each optimizer step's PTX batch.")
     ptx_domains: list[str] = Field(
         default_factory=list,
@@ -64,13 +72,18 @@ class RLLossConfig(K2Config):
         "Rows are shuffled with the run's seed either way.",
     )
     micro_batch_size: int = Field(
-        8, ge=1, description="Sequences per trainer forward pass; groups_per_step * K / world_size / micro_batch_size forwards per step."
+        8,
+        ge=1,
+        description="Sequences per trainer forward pass; groups_per_step * K / world_size / micro_batch_size "
+        "forwards per step.",
     )
 
     @model_validator(mode="after")
     def _ptx_needs_data(self) -> "RLLossConfig":
         if self.ptx_coef > 0 and not self.ptx_data:
-            raise ValueError("ptx_coef > 0 needs ptx_data (an HF dataset dir of chat rows): set loss.ptx_data or ptx_coef: 0")
+            raise ValueError(
+                "ptx_coef > 0 needs ptx_data (an HF dataset dir of chat rows): set loss.ptx_data or ptx_coef: 0"
+            )
         return self
 
 
@@ -79,41 +92,44 @@ class RLTrainerConfig(K2Config):
 
     world_size: int = Field(1, ge=1, description="Trainer ranks (data parallel; ZeRO shards over them).")
     zero_stage: Literal[0, 1, 2] = Field(
-        1, description="ZeRO stage of the trainer (3 is refused: its gathered push path is not wired into the RL loop yet)."
+        1,
+        description="ZeRO stage of the trainer (3 is refused: its gathered push path is not wired into the RL loop "
+        "yet).",
     )
-    dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="torch.distributed backend; auto: nccl with CUDA, else gloo.")
+    dist_backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend; auto: nccl with CUDA, else gloo."
+    )
     offload_during_rollout: bool = Field(
         True, description="On a GPU, move params and optimizer state to DRAM while the engines generate (no-op on CPU)."
     )
     bucket_mb: int = Field(64, ge=1, description="Checkpoint-engine bucket size (MiB) of the weight push.")
     torch_threads: int | None = Field(
-        None, ge=1, description="Intra-op threads of each rank (null: the CPUs of its placement bundle; colocated actors take turns, "
-        "so the trainer may use them all while the engines sleep)."
+        None,
+        ge=1,
+        description="Intra-op threads of each rank (null: the CPUs of its placement bundle; colocated actors take "
+        "turns, so the trainer may use them all while the engines sleep).",
     )
 
 
 class RLTrainLoopConfig(K2Config):
-    """Iterations, evaluation, checkpoints, logging."""
+    """Iterations, evaluation, logging (the lr schedule and checkpoints: `schedule`, `checkpoint`)."""
+
+    renamed_fields = MOVED_TRAIN_KEYS
 
     iterations: int = Field(20, ge=1, description="RL iterations (rollout + train + push).")
-    prompt_pool_per_env: int = Field(256, ge=1, description="Train tasks drawn from each environment (new seeds) to sample prompts from.")
+    prompt_pool_per_env: int = Field(
+        256, ge=1, description="Train tasks drawn from each environment (new seeds) to sample prompts from."
+    )
     eval_every: int = Field(5, ge=0, description="Held-out accuracy every N iterations (0: only before and after).")
     eval_tasks_per_env: int = Field(32, ge=1, description="Held-out tasks per environment at each in-loop eval.")
     eval_split: Literal["dev", "test"] = Field(
-        "dev", description="Split of the in-loop eval: dev (default; its curve may guide settings) or test (never tune on it: "
+        "dev",
+        description="Split of the in-loop eval: dev (default; its curve may guide settings) or test (never tune on it: "
         "the report is `k2post eval --split test`).",
     )
-    save_every: int = Field(5, ge=0, description="Checkpoint every N iterations (0: only at the end).")
-    keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept.")
     stop_at_iteration: int | None = Field(
         None, gt=0, description="End this invocation after this iteration (checkpointed); resume to continue."
     )
-    lr_schedule: Literal["constant", "cosine"] = Field(
-        "constant", description="optim.lr over the run's optimizer steps (iterations x loss.max_steps_per_iteration): constant, "
-        "or cosine decay to optim.lr * min_lr_ratio (late RL steps then drift less)."
-    )
-    warmup_steps: int = Field(0, ge=0, description="Linear lr warmup over this many optimizer steps.")
-    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine schedule: final lr = optim.lr * min_lr_ratio.")
     plots: bool = Field(True, description="Write PNG plots of the metrics into run_dir/plots at the end.")
     log_every: int = Field(1, ge=1, description="Print a progress line every N iterations.")
 
@@ -121,11 +137,19 @@ class RLTrainLoopConfig(K2Config):
 class RLRayConfig(K2Config):
     """Where the actors run."""
 
-    address: str | None = Field(None, description="Ray cluster address; null: start an embedded Ray (or join the job's cluster).")
+    address: str | None = Field(
+        None, description="Ray cluster address; null: start an embedded Ray (or join the job's cluster)."
+    )
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the embedded Ray (null: all).")
-    temp_dir: str | None = Field(None, description="Temp dir of the embedded Ray (null: Ray's default; a relative path is made absolute).")
-    cpus_per_bundle: float = Field(1.0, gt=0, description="CPUs of each placement-group bundle (one trainer rank + its rollout actor).")
-    actor_restarts: int = Field(2, ge=0, description="Times a dead rollout actor is restarted and re-synced before the run fails.")
+    temp_dir: str | None = Field(
+        None, description="Temp dir of the embedded Ray (null: Ray's default; a relative path is made absolute)."
+    )
+    cpus_per_bundle: float = Field(
+        1.0, gt=0, description="CPUs of each placement-group bundle (one trainer rank + its rollout actor)."
+    )
+    actor_restarts: int = Field(
+        2, ge=0, description="Times a dead rollout actor is restarted and re-synced before the run fails."
+    )
 
     @field_validator("temp_dir")
     @classmethod
@@ -137,71 +161,118 @@ class RLRewardConfig(K2Config):
     """Reward computation in isolated worker processes."""
 
     workers: int = Field(1, ge=1, description="RewardPool worker processes.")
-    timeout_s: float = Field(10.0, gt=0, description="Per-response scoring timeout; a hang gives the environment's minimum reward.")
-    success_threshold: float = Field(0.5, description="A reward at or above this counts as a success (accuracy, prioritized sampling).")
+    timeout_s: float = Field(
+        10.0, gt=0, description="Per-response scoring timeout; a hang gives the environment's minimum reward."
+    )
+    success_threshold: float = Field(
+        0.5, description="A reward at or above this counts as a success (accuracy, prioritized sampling)."
+    )
 
 
 class RLCriticConfig(K2Config):
     """The critic's closed loop: on-policy verifier-labelled pairs feed the `critic_calibration` environment."""
 
     harvest_pairs_per_group: int = Field(
-        2, ge=0, description="Pairs (correct, wrong) taken from each finished group of a calibration source with mixed rewards (0: off)."
+        2,
+        ge=0,
+        description="Pairs (correct, wrong) taken from each finished group of a calibration source with mixed rewards "
+        "(0: off).",
     )
-    max_harvested_tasks: int = Field(2000, ge=0, description="Most judge tasks added to critic_calibration's train pool during a run.")
+    max_harvested_tasks: int = Field(
+        2000, ge=0, description="Most judge tasks added to critic_calibration's train pool during a run."
+    )
 
 
 @register_run_config
 class RLConfig(K2Config):
     """Colocated RL: K1.5 + PTX loss with MuonClip, vLLM rollouts, checkpoint-engine pushes (docs/RL.md)."""
 
+    renamed_fields = {"sampling": "prompt_sampling"}
+
     kind: Literal["rl"] = Field("rl", description="Run config kind; must be 'rl'.")
-    run_dir: str = Field("runs/rl", description="Outputs: config.yaml, metrics.jsonl, tb/, plots/, checkpoints/iter-N, final/.")
-    resume: bool = Field(False, description="Continue from the newest checkpoint in run_dir (false: run_dir must not hold a run).")
+    run_dir: str = Field(
+        "runs/rl", description="Outputs: config.yaml, metrics.jsonl, tb/, plots/, checkpoints/iter-N, final/."
+    )
+    resume: bool = Field(
+        False, description="Continue from the newest checkpoint in run_dir (false: run_dir must not hold a run)."
+    )
     seed: int = Field(0, description="Seed of task pools, prompt sampling, rollout sampling and torch.")
-    model: ModelConfig = Field(default_factory=ModelConfig, description="The starting policy (e.g. the SFT run's final/ dir).")
-    envs: list[EnvEntryConfig] = Field(default_factory=lambda: [EnvEntryConfig()], description="The environment mix (name, weight, config).")
+    model: ModelConfig = Field(
+        default_factory=ModelConfig, description="The starting policy (e.g. the SFT run's final/ dir)."
+    )
+    envs: list[EnvEntryConfig] = Field(
+        default_factory=lambda: [EnvEntryConfig()], description="The environment mix (name, weight, config)."
+    )
     rollout: RLRolloutConfig = Field(default_factory=RLRolloutConfig, description="Rollout actors and sampling.")
     loss: RLLossConfig = Field(default_factory=RLLossConfig, description="K1.5 + PTX objective.")
-    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=2e-4, weight_decay=0.0), description="MuonClip settings (constant lr).")
-    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="Per-task-type token budgets and the truncation penalty.")
-    length_penalty: LengthPenaltyConfig = Field(default_factory=LengthPenaltyConfig, description="The optional K1.5 length reward.")
-    temperature: TemperatureConfig = Field(default_factory=TemperatureConfig, description="Sampling-temperature decay per task type.")
-    sampling: PromptSamplingConfig = Field(default_factory=PromptSamplingConfig, description="How prompts are drawn from the pool.")
+    optim: OptimConfig = Field(
+        default_factory=lambda: OptimConfig(lr=2e-4, weight_decay=0.0), description="MuonClip settings (constant lr)."
+    )
+    budget: BudgetConfig = Field(
+        default_factory=BudgetConfig, description="Per-task-type token budgets and the truncation penalty."
+    )
+    length_penalty: LengthPenaltyConfig = Field(
+        default_factory=LengthPenaltyConfig, description="The optional K1.5 length reward."
+    )
+    temperature: TemperatureConfig = Field(
+        default_factory=TemperatureConfig, description="Sampling-temperature decay per task type."
+    )
+    prompt_sampling: PromptSamplingConfig = Field(
+        default_factory=PromptSamplingConfig,
+        description="How prompts are drawn from the pool (token sampling: rollout).",
+    )
     trainer: RLTrainerConfig = Field(default_factory=RLTrainerConfig, description="Trainer ranks.")
     train: RLTrainLoopConfig = Field(default_factory=RLTrainLoopConfig, description="The loop.")
+    schedule: LRScheduleConfig = Field(
+        default_factory=lambda: LRScheduleConfig(kind="constant"),
+        description="optim.lr over the run's optimizer steps (iterations x loss.max_steps_per_iteration); cosine "
+        "decay makes late RL steps drift less.",
+    )
+    checkpoint: CheckpointConfig = Field(
+        default_factory=lambda: CheckpointConfig(every=5), description="Resumable checkpoints every N iterations."
+    )
     reward: RLRewardConfig = Field(default_factory=RLRewardConfig, description="Reward workers.")
     ray: RLRayConfig = Field(default_factory=RLRayConfig, description="Ray placement.")
-    critic: RLCriticConfig = Field(default_factory=RLCriticConfig, description="The critic's closed loop (critic_calibration in the mix).")
+    critic: RLCriticConfig = Field(
+        default_factory=RLCriticConfig, description="The critic's closed loop (critic_calibration in the mix)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":
         names = [entry.name for entry in self.envs]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"envs must list each environment once, got {names}")
-        if self.train.warmup_steps >= self.total_optimizer_steps():
-            raise ValueError(f"train.warmup_steps ({self.train.warmup_steps}) must be < the run's optimizer steps "
-                             f"({self.total_optimizer_steps()} = iterations x loss.max_steps_per_iteration): lower it")
+        if self.schedule.warmup_steps >= self.total_optimizer_steps():
+            raise ValueError(
+                f"schedule.warmup_steps ({self.schedule.warmup_steps}) must be < the run's optimizer steps "
+                f"({self.total_optimizer_steps()} = iterations x loss.max_steps_per_iteration): lower it"
+            )
         if self.model.dtype != "float32":
             raise ValueError("model.dtype must be float32 (the trainer keeps fp32 weights)")
         if self.train.stop_at_iteration is not None and self.train.stop_at_iteration >= self.train.iterations:
-            raise ValueError(f"train.stop_at_iteration ({self.train.stop_at_iteration}) must be < train.iterations ({self.train.iterations})")
+            raise ValueError(
+                f"train.stop_at_iteration ({self.train.stop_at_iteration}) must be < "
+                f"train.iterations ({self.train.iterations})"
+            )
         if self.rollout.replicas > self.trainer.world_size:
             raise ValueError(
-                f"rollout.replicas ({self.rollout.replicas}) > trainer.world_size ({self.trainer.world_size}): each trainer rank's "
-                "weight sender serves one rollout actor colocated with it; raise world_size or lower replicas"
+                f"rollout.replicas ({self.rollout.replicas}) > trainer.world_size ({self.trainer.world_size}): "
+                "each trainer rank's weight sender serves one rollout actor colocated with it; raise world_size or "
+                "lower replicas"
             )
         per_step = self.loss.groups_per_step * self.rollout.samples_per_prompt
         per_forward = self.trainer.world_size * self.loss.micro_batch_size
         if per_step % per_forward:
             raise ValueError(
-                f"loss.groups_per_step * rollout.samples_per_prompt ({per_step} sequences per step) must be a multiple of "
-                f"trainer.world_size * loss.micro_batch_size ({per_forward}): change groups_per_step or micro_batch_size"
+                f"loss.groups_per_step * rollout.samples_per_prompt ({per_step} sequences per step) must be a "
+                f"multiple of trainer.world_size * loss.micro_batch_size ({per_forward}): change groups_per_step or "
+                "micro_batch_size"
             )
         longest = max(self.budget.max_tokens.values(), default=self.budget.default_max_tokens)
         if longest > self.rollout.agentic.max_episode_tokens:
             raise ValueError(
-                f"a budget ({longest} tokens) exceeds rollout.agentic.max_episode_tokens ({self.rollout.agentic.max_episode_tokens}): "
-                "raise max_episode_tokens or lower the budget"
+                f"a budget ({longest} tokens) exceeds rollout.agentic.max_episode_tokens "
+                f"({self.rollout.agentic.max_episode_tokens}): raise max_episode_tokens or lower the budget"
             )
         return self
 

@@ -30,7 +30,9 @@ def curriculum_open(n: int, cfg: PromptSamplingConfig, iteration: int) -> int:
     return max(1, min(n, round(share * n)))
 
 
-def weighted_without_replacement(rng: random.Random, items: Sequence[str], weights: Sequence[float], k: int) -> list[str]:
+def weighted_without_replacement(
+    rng: random.Random, items: Sequence[str], weights: Sequence[float], k: int
+) -> list[str]:
     """k distinct items drawn with probability proportional to weight (Efraimidis-Spirakis keys)."""
     if k > len(items):
         raise ValueError(f"asked for {k} tasks from a pool of {len(items)}")
@@ -41,7 +43,13 @@ def weighted_without_replacement(rng: random.Random, items: Sequence[str], weigh
 class PromptSampler:
     """Draws task ids per iteration and tracks their success rates."""
 
-    def __init__(self, task_ids: Sequence[str], cfg: PromptSamplingConfig, difficulty: Mapping[str, float] | None = None, seed: int = 0):
+    def __init__(
+        self,
+        task_ids: Sequence[str],
+        cfg: PromptSamplingConfig,
+        difficulty: Mapping[str, float] | None = None,
+        seed: int = 0,
+    ):
         if len(set(task_ids)) != len(task_ids):
             raise ValueError("task ids in the sampling pool must be unique")
         if cfg.strategy == "curriculum" and difficulty is None:
@@ -56,7 +64,11 @@ class PromptSampler:
         if self.cfg.strategy == "curriculum":
             pool = self.ids[: curriculum_open(len(self.ids), self.cfg, iteration)]
             return weighted_without_replacement(self.rng, pool, [1.0] * len(pool), min(k, len(pool)))
-        weights = [1.0] * len(self.ids) if self.cfg.strategy == "uniform" else priority_weights([self.success.get(t) for t in self.ids], self.cfg)
+        weights = (
+            [1.0] * len(self.ids)
+            if self.cfg.strategy == "uniform"
+            else priority_weights([self.success.get(t) for t in self.ids], self.cfg)
+        )
         return weighted_without_replacement(self.rng, self.ids, weights, k)
 
     def add(self, task_ids: Sequence[str]) -> int:
@@ -82,4 +94,6 @@ class PromptSampler:
         if "ids" in state:
             self.ids = list(state["ids"])
         rng_state = state["rng"]
-        self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]) if isinstance(rng_state, list) else rng_state)
+        self.rng.setstate(
+            (rng_state[0], tuple(rng_state[1]), rng_state[2]) if isinstance(rng_state, list) else rng_state
+        )

@@ -1,6 +1,6 @@
 """Temperature decay (K2): per task type, from a high exploring temperature to a lower one.
 
-    temperature_at(TemperatureScheduleConfig(kind="cosine", start=1.0, end=0.6, decay_iterations=50), iteration=10)
+temperature_at(TemperatureScheduleConfig(kind="cosine", start=1.0, end=0.6, decay_iterations=50), iteration=10)
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ def decay_fraction(kind: str, progress: float) -> float:
         return progress
     if kind == "cosine":
         return 0.5 * (1.0 - math.cos(math.pi * progress))
-    raise ValueError(f"unknown schedule kind {kind!r}; known: constant, linear, cosine (exponential: see temperature_at)")
+    raise ValueError(
+        f"unknown schedule kind {kind!r}; known: constant, linear, cosine (exponential: see temperature_at)"
+    )
 
 
 def temperature_at(cfg: TemperatureScheduleConfig, iteration: int) -> float:

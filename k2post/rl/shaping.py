@@ -37,7 +37,9 @@ def length_rewards(lengths: Sequence[int], correct: Sequence[bool]) -> list[floa
     return [lam if ok else min(0.0, lam) for lam, ok in zip(lambdas, correct)]
 
 
-def grouped_length_rewards(lengths: Sequence[int], correct: Sequence[bool], group_size: int, cfg: LengthPenaltyConfig, iteration: int) -> list[float]:
+def grouped_length_rewards(
+    lengths: Sequence[int], correct: Sequence[bool], group_size: int, cfg: LengthPenaltyConfig, iteration: int
+) -> list[float]:
     """Length rewards of consecutive groups of `group_size`, scaled; zeros while off or warming up."""
     if not cfg.enabled or iteration < cfg.warmup_iterations:
         return [0.0] * len(lengths)

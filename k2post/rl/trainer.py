@@ -18,13 +18,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import resource
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from k2post.train.memory import peak_rss_mib, rss_mib
 from k2post.rl.batch import TrainSequence, micro_loss_scale, pad_rows
 from k2post.optim.qk_clip import recording_real_tokens
 from k2post.rl.losses import k15_residuals, logits_window, ptx_loss, sequence_logprob, tail_logprobs, token_entropy
@@ -35,18 +35,6 @@ log = logging.getLogger(__name__)
 
 # What `_micro_loss` / `train_step` add up over a step's micro-batches (this rank).
 STEP_SUMS = ("loss", "ptx", "entropy", "response_tokens", "logratio_abs_sum", "logratio_abs", "grad_norm")
-
-
-def rss_mib() -> float:
-    """Resident memory of this process now (MiB)."""
-    with open("/proc/self/statm") as handle:
-        pages = int(handle.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process (MiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _move_optimizer_state(optimizer: Any, device: Any) -> None:
@@ -63,8 +51,16 @@ LAUNCHER_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT
 def _set_dist_env(rank: int, world_size: int, master_port: int) -> dict[str, str | None]:
     """Set this rank's launcher variables; returns their previous values (None: unset) for `_restore_env`."""
     before = {key: os.environ.get(key) for key in LAUNCHER_KEYS}
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "TORCHDYNAMO_DISABLE": "1"})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(master_port),
+            "TORCHDYNAMO_DISABLE": "1",
+        }
+    )
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     return before
@@ -112,7 +108,7 @@ class RLTrainerWorker:
         from k2post.models.loading import load_causal_lm, load_tokenizer
         from k2post.optim.deepspeed_muon import deepspeed_initialize
         from k2post.optim.qk_clip import MaxLogitRecorder
-        from k2post.sft.runtime import init_distributed
+        from k2post.train.distributed import init_distributed
 
         self.dist = init_distributed(self.cfg.trainer.dist_backend)
         self.tokenizer = load_tokenizer(self.model_dir)
@@ -120,7 +116,9 @@ class RLTrainerWorker:
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
         self.engine, self.optimizer = deepspeed_initialize(model, self.cfg.optim, deepspeed_config(self.cfg))
         self.recorder = MaxLogitRecorder().attach(self.engine.module) if self.cfg.optim.qk_clip.enabled else None
-        self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id)
+        self.pad_id = int(
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        )
 
     def _load_ptx(self) -> list[Any]:
         if self.cfg.loss.ptx_coef == 0:
@@ -129,7 +127,12 @@ class RLTrainerWorker:
         from k2post.sft.data import load_sft_data
         from k2post.sft.packing import pack_examples
 
-        data_cfg = SFTDataConfig(path=self.cfg.loss.ptx_data, eval_fraction=0.0, packing=False, max_seq_len=self.cfg.rollout.engine.max_model_len)
+        data_cfg = SFTDataConfig(
+            path=self.cfg.loss.ptx_data,
+            eval_fraction=0.0,
+            packing=False,
+            max_seq_len=self.cfg.rollout.engine.max_model_len,
+        )
         data = load_sft_data(data_cfg, self.tokenizer)
         if not data.train:
             raise ValueError(f"loss.ptx_data {self.cfg.loss.ptx_data!r} has no usable rows")
@@ -140,8 +143,11 @@ class RLTrainerWorker:
     def _make_sender(self):
         from checkpoint_engine import CheckpointEngineConfig, WeightSender
 
-        config = CheckpointEngineConfig(bucket_nbytes=self.cfg.trainer.bucket_mb << 20, timeout_s=300.0,
-                                        device="cuda" if torch.cuda.is_available() else "cpu")
+        config = CheckpointEngineConfig(
+            bucket_nbytes=self.cfg.trainer.bucket_mb << 20,
+            timeout_s=300.0,
+            device="cuda" if torch.cuda.is_available() else "cpu",
+        )
         serve = self.rank < self.cfg.rollout.replicas  # rank r feeds replica r; the others only broadcast
         sender = WeightSender(config, rank=self.rank, world_size=self.world_size, serve=serve)
         for name, param in self.engine.module.named_parameters():
@@ -183,15 +189,21 @@ class RLTrainerWorker:
                 out.extend(sequence_logprob(tail_logprobs(logits, input_ids), mask).tolist())
         return out
 
-    def _micro_loss(self, rows: list[TrainSequence], old: list[float], scale: float, sums: dict[str, float]) -> torch.Tensor:
+    def _micro_loss(
+        self, rows: list[TrainSequence], old: list[float], scale: float, sums: dict[str, float]
+    ) -> torch.Tensor:
         """scale * sum_i residual_i^2 of one micro-batch (`k15_residuals`); folds diagnostics into `sums`."""
         logits, input_ids, mask = self._forward(rows)
         seq_logp = sequence_logprob(tail_logprobs(logits, input_ids), mask)  # [B]
         advantages = torch.tensor([r.advantage for r in rows], device=seq_logp.device)
-        residual, logratio = k15_residuals(seq_logp, torch.tensor(old, device=seq_logp.device), advantages, self.cfg.loss.tau)
+        residual, logratio = k15_residuals(
+            seq_logp, torch.tensor(old, device=seq_logp.device), advantages, self.cfg.loss.tau
+        )
         residual_sq = residual.pow(2).sum()
         with torch.no_grad():
-            response = mask[:, mask.shape[1] - logits.shape[1] + 1 :]  # [B, L-1]: the tail positions that predicted a model-written token
+            response = mask[
+                :, mask.shape[1] - logits.shape[1] + 1 :
+            ]  # [B, L-1]: the tail positions that predicted a model-written token
             sums["entropy"] += float((token_entropy(logits[:, :-1]) * response).sum())
             sums["response_tokens"] += float(response.sum())
             sums["loss"] += float(residual_sq)
@@ -199,7 +211,9 @@ class RLTrainerWorker:
             sums["logratio_abs"] = max(sums["logratio_abs"], float(logratio.abs().max()))
         return residual_sq * scale
 
-    def _backward(self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int, sums: dict[str, float]) -> None:
+    def _backward(
+        self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int, sums: dict[str, float]
+    ) -> None:
         """Forward + backward of every micro-batch, `engine.step()` after each but the last (the caller's)."""
         gas = len(micro)
         scale = micro_loss_scale(sum(len(m) for m in micro) * self.world_size, self.world_size, gas)
@@ -227,7 +241,9 @@ class RLTrainerWorker:
         total = sum(len(m) for m in micro) * self.world_size
         return self._step_metrics(sums, total, qk, time.perf_counter() - started)
 
-    def loss_gradient(self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int) -> dict[str, torch.Tensor]:
+    def loss_gradient(
+        self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int
+    ) -> dict[str, torch.Tensor]:
         """The full gradient of the step's loss by param name, as `train_step` would apply it (ZeRO 0-2).
 
         Runs the same forwards and backwards and leaves the optimizer step out; for tests (the worker
@@ -251,12 +267,13 @@ class RLTrainerWorker:
         return float(torch.stack(norms).norm()) if norms else 0.0
 
     def _set_lr(self, step: int) -> float:
-        """optim.lr x the loop's schedule at optimizer step `step` (a function of the step: resume needs nothing else)."""
-        from k2post.sft.schedule import lr_factor
-        from k2post.sft.trainer import set_lr
+        """optim.lr x the loop's schedule at optimizer step `step` (a function of the step: resume needs nothing
+        else).
+        """
+        from k2post.train.schedule import lr_factor, set_lr
 
         total = self.cfg.total_optimizer_steps()
-        self.lr = self.cfg.optim.lr * lr_factor(min(step, total - 1), total, self.cfg.train)
+        self.lr = self.cfg.optim.lr * lr_factor(min(step, total - 1), total, self.cfg.schedule)
         set_lr(self.engine, self.lr)
         return self.lr
 
@@ -276,18 +293,33 @@ class RLTrainerWorker:
             return {}
         from k2post.optim.deepspeed_muon import apply_qk_clip_zero
 
-        return apply_qk_clip_zero(self.engine, self.recorder, self.cfg.optim.qk_clip.tau).to_metrics()
+        return apply_qk_clip_zero(self.engine, self.recorder, self.cfg.optim.qk_clip.logit_threshold).to_metrics()
 
     def _step_metrics(self, sums: dict[str, float], total: int, qk: dict[str, float], seconds: float) -> dict[str, Any]:
-        from k2post.sft.runtime import all_reduce_sum
+        from k2post.train.distributed import all_reduce_sum
 
         stats = self.optimizer.update_stats
         loss_sum, ptx_sum, ent, tokens, lr_abs, sq, numel = all_reduce_sum(
-            [sums["loss"], sums["ptx"], sums["entropy"], sums["response_tokens"], sums["logratio_abs_sum"], stats.sq_sum, float(stats.numel)])
-        row = {"train/k15_loss": loss_sum / total, "train/logratio_abs_max": sums["logratio_abs"], "train/lr": self.lr,
-               "train/logratio_abs_mean": lr_abs / total, "train/entropy": ent / max(tokens, 1.0),
-               "train/grad_norm": sums["grad_norm"], "train/muon_update_rms": (sq / numel) ** 0.5 if numel else 0.0,
-               "time/trainer_step_s": seconds}
+            [
+                sums["loss"],
+                sums["ptx"],
+                sums["entropy"],
+                sums["response_tokens"],
+                sums["logratio_abs_sum"],
+                stats.sq_sum,
+                float(stats.numel),
+            ]
+        )
+        row = {
+            "train/k15_loss": loss_sum / total,
+            "train/logratio_abs_max": sums["logratio_abs"],
+            "train/lr": self.lr,
+            "train/logratio_abs_mean": lr_abs / total,
+            "train/entropy": ent / max(tokens, 1.0),
+            "train/grad_norm": sums["grad_norm"],
+            "train/muon_update_rms": (sq / numel) ** 0.5 if numel else 0.0,
+            "time/trainer_step_s": seconds,
+        }
         if self.ptx_rows:
             row["train/ptx_loss"] = ptx_sum / self.world_size
         return {**row, **qk}
@@ -347,7 +379,7 @@ class RLTrainerWorker:
 
     def save(self, directory: str) -> None:
         """Write the engine state (every rank), the HF model and tokenizer (rank 0) and RNG into `directory`."""
-        from k2post.sft import checkpoint as ckpt
+        from k2post.train import checkpoint as ckpt
 
         path = Path(directory)
         self.engine.save_checkpoint(str(path / ckpt.ENGINE_DIR), tag=ckpt.ENGINE_TAG)
@@ -356,14 +388,14 @@ class RLTrainerWorker:
 
     def load(self, directory: str) -> None:
         """Restore what `save` wrote (same world size and ZeRO stage)."""
-        from k2post.sft import checkpoint as ckpt
+        from k2post.train import checkpoint as ckpt
 
         ckpt.load_engine_state(self.engine, Path(directory))
         ckpt.load_rng(Path(directory), self.rank)
 
     def close(self) -> None:
         """Close the sender and leave the process group."""
-        from k2post.sft.runtime import shutdown_distributed
+        from k2post.train.distributed import shutdown_distributed
 
         if self.sender is not None:
             self.sender.close()

@@ -25,12 +25,10 @@ from typing import Any
 from k2post.chat.types import Message, ToolSpec
 from k2post.envs.base import Environment, Task
 from k2post.envs.registry import make_environment
-from k2post.rollout.agentic import AgenticRollout, Episode, score_episode
+from k2post.rollout.agentic import AgenticRollout, Episode, EpisodeOptions, score_episode
 from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig, VLLMEngineConfig
 from k2post.rollout.engine import ChatTurn, Generation
 from k2post.rollout.sleep import SleepStats
-
-EPISODE_OPTIONS = frozenset({"temperature", "seed", "max_tokens"})
 
 
 class RolloutWorker:
@@ -66,7 +64,9 @@ class RolloutWorker:
         """Token-level generation (see `VLLMEngine.generate`)."""
         return self.engine.generate(prompts_ids, sampling)
 
-    def chat(self, dialogues: list[list[Message]], sampling: SamplingConfig, tools: list[ToolSpec] | None = None) -> list[ChatTurn]:
+    def chat(
+        self, dialogues: list[list[Message]], sampling: SamplingConfig, tools: list[ToolSpec] | None = None
+    ) -> list[ChatTurn]:
         """One parsed assistant turn per dialogue (see `VLLMEngine.chat`)."""
         return self.engine.chat(dialogues, sampling, tools)
 
@@ -75,34 +75,31 @@ class RolloutWorker:
     def _runner(self) -> AgenticRollout:
         return AgenticRollout(self.engine, self.envs, self.rollout_cfg, self.sampling)
 
-    def start_episodes(self, items: list[tuple[str, Task]], options: list[dict[str, Any]] | None = None) -> int:
+    def start_episodes(self, items: list[tuple[str, Task]], options: list[EpisodeOptions] | None = None) -> int:
         """Queue new episodes `(env_name, task)`; returns how many are queued or paused in all.
 
-        `options` (one dict per item) may set the episode's `id`, sampling `temperature`, `seed`
-        and token budget `max_tokens` (see `Episode`)."""
+        `options` (one per item) set the episode's id, sampling temperature, seed and token budget."""
         unknown = sorted({name for name, _ in items} - set(self.envs))
         if unknown:
-            raise KeyError(f"episodes name environments {unknown} this actor was not built with (has {sorted(self.envs)})")
+            raise KeyError(
+                f"episodes name environments {unknown} this actor was not built with (has {sorted(self.envs)})"
+            )
         if options is not None and len(options) != len(items):
             raise ValueError(f"options has {len(options)} entries for {len(items)} episodes")
         runner = self._runner()
         taken = {episode.id for episode in self.episodes}
         for position, (name, task) in enumerate(items):
-            extra = dict(options[position]) if options else {}
-            episode_id = extra.pop("id", None) or task.id
+            chosen = options[position] if options else EpisodeOptions()
+            episode_id = chosen.id or task.id
             if episode_id in taken:
                 episode_id = f"{episode_id}#{len(self.episodes) + position}"
             taken.add(episode_id)
-            episode = runner.start(name, task, episode_id)
-            for key, value in extra.items():
-                if key not in EPISODE_OPTIONS:
-                    raise KeyError(f"unknown episode option {key!r} (known: {sorted(EPISODE_OPTIONS)})")
-                setattr(episode, key, value)
-            self.episodes.append(episode)
+            self.episodes.append(runner.start(name, task, episode_id, chosen))
         return len(self.episodes)
 
-    def run_episodes(self, items: list[tuple[str, Task]], options: list[dict[str, Any]] | None = None,
-                     iteration: int = 0) -> list[Episode]:
+    def run_episodes(
+        self, items: list[tuple[str, Task]], options: list[EpisodeOptions] | None = None, iteration: int = 0
+    ) -> list[Episode]:
         """Run episodes to the end apart from the queued/paused ones (held-out eval), scored in the actor
         only by the caller: rewards are left unset."""
         queued, self.episodes = self.episodes, []
@@ -117,7 +114,7 @@ class RolloutWorker:
 
     def memory(self) -> dict[str, float]:
         """RSS now and peak of this actor's process (MiB)."""
-        from k2post.rl.trainer import peak_rss_mib, rss_mib
+        from k2post.train.memory import peak_rss_mib, rss_mib
 
         return {"rss_mib": rss_mib(), "peak_rss_mib": peak_rss_mib()}
 
@@ -144,7 +141,9 @@ class RolloutWorker:
                 episode.reward = score_episode(self.envs[episode.env_name], episode)
         return result.finished
 
-    def score_groups(self, env_name: str, items: list[tuple[Task, list[str]]]) -> tuple[list[list[Any]], dict[str, float]]:
+    def score_groups(
+        self, env_name: str, items: list[tuple[Task, list[str]]]
+    ) -> tuple[list[list[Any]], dict[str, float]]:
         """Rewards of complete groups of a group-scored environment (a critic), judged with this actor's engine
         as the policy's client (K2: the actor is its own critic); returns (rewards per group, metrics)."""
         from k2post.llm.engine_client import EngineLLMClient

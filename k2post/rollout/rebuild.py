@@ -65,7 +65,9 @@ class ShmCheckpoint:
             if held is None:
                 raise WeightUpdateError(f"pushed tensor {name!r} is not in the checkpoint {self.source_dir}")
             if tuple(held.shape) != tuple(tensor.shape):
-                raise WeightUpdateError(f"pushed tensor {name!r} has shape {tuple(tensor.shape)}, checkpoint {tuple(held.shape)}")
+                raise WeightUpdateError(
+                    f"pushed tensor {name!r} has shape {tuple(tensor.shape)}, checkpoint {tuple(held.shape)}"
+                )
             held.copy_(tensor.to(held.dtype))
         return len(named)
 

@@ -27,8 +27,9 @@ tensors flattened to `[tokens, heads * head_size]` the kernel is exact. `apply_c
 hands the kernel flat contiguous copies of 3-D inputs and writes the result back in place.
 
 Memory cost: one extra copy of every linear weight (the unpacked parameter next to the packed
-copy), i.e. ~1x the linear weights' size on top, and one extra copy of the routed experts. The packed copies are separate (measured here:
-an fp32 push without the repack left the outputs stale), so the repack is required too.
+copy), i.e. ~1x the linear weights' size on top, and one extra copy of the routed experts. The
+packed copies are separate (measured here: an fp32 push without the repack left the outputs stale),
+so the repack is required too.
 
 Apply before the engine is built (`VLLMEngine` does it on CPU). The patch targets vLLM's
 internals, so it refuses untested vLLM versions unless `K2POST_ALLOW_UNTESTED_VLLM=1`.
@@ -204,7 +205,9 @@ def _is_cpu_packed_moe(module: torch.nn.Module) -> bool:
     method = getattr(module, "quant_method", None)
     kernel = getattr(method, "moe_kernel", None)
     experts = getattr(kernel, "fused_experts", None)
-    return experts is not None and isinstance(experts, _cpu_experts_cls()) and not getattr(experts, "_use_zentorch", False)
+    return (
+        experts is not None and isinstance(experts, _cpu_experts_cls()) and not getattr(experts, "_use_zentorch", False)
+    )
 
 
 def _rope_cls():
@@ -290,6 +293,8 @@ def empty_cpu_linears(model: torch.nn.Module) -> list[str]:
     return [
         name
         for name, module in model.named_modules()
-        if hasattr(module, "cpu_linear") and isinstance(getattr(module, "weight", None), torch.Tensor)
-        and module.weight.ndim == 1 and module.weight.numel() == 0
+        if hasattr(module, "cpu_linear")
+        and isinstance(getattr(module, "weight", None), torch.Tensor)
+        and module.weight.ndim == 1
+        and module.weight.numel() == 0
     ]

@@ -76,7 +76,9 @@ def prepare_vllm_env(cfg: VLLMEngineConfig) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # set it to INFO to see vLLM's engine logs
     if on_cpu():
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
+        # vLLM's CPU platform lets this legacy variable (whole GiB) override kv_cache_memory_bytes, which the
+        # engine passes exactly (kv_cache_gib may be a fraction)
+        os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
     _set_mla_disable(on_cpu() if cfg.disable_mla is None else cfg.disable_mla)
 
 
@@ -126,7 +128,9 @@ class VLLMEngine:
         from vllm import LLM  # imported late: heavy, and env must be set first
 
         _reset_parallel_state_if_alone(self)
-        sleep_mode = (not self.cpu) if self.cfg.enable_sleep_mode is None else (self.cfg.enable_sleep_mode and not self.cpu)
+        sleep_mode = (
+            (not self.cpu) if self.cfg.enable_sleep_mode is None else (self.cfg.enable_sleep_mode and not self.cpu)
+        )
         return LLM(
             **self._scheduler_kwargs(),
             model=path,
@@ -137,6 +141,7 @@ class VLLMEngine:
             max_num_seqs=self.cfg.max_num_seqs,
             seed=self.cfg.seed,
             gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+            kv_cache_memory_bytes=int(self.cfg.kv_cache_gib * 2**30) if self.cpu else None,
             enable_sleep_mode=sleep_mode,
             distributed_executor_backend="uni",
             worker_extension_cls=WORKER_EXTENSION,
@@ -149,8 +154,10 @@ class VLLMEngine:
             return {}
         from vllm.config.scheduler import SchedulerConfig
 
-        return {"enable_chunked_prefill": False,
-                "max_num_batched_tokens": max(self.cfg.max_model_len, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS)}
+        return {
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": max(self.cfg.max_model_len, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS),
+        }
 
     def _pick_update_mode(self) -> str:
         if self.cfg.weight_update == "rebuild":
@@ -158,7 +165,8 @@ class VLLMEngine:
         problems = engine_in_place_problems(self.llm, self.cpu)
         if problems and self.cfg.weight_update == "in_place":
             raise WeightUpdateError(
-                "engine.weight_update: in_place is not possible for this model: " + "; ".join(problems)
+                "engine.weight_update: in_place is not possible for this model: "
+                + "; ".join(problems)
                 + " (set weight_update: auto to rebuild the engine from shared memory instead)"
             )
         if problems:
@@ -194,7 +202,9 @@ class VLLMEngine:
             params = _sampling_params(sampling)
         else:
             if len(sampling) != len(prompts):
-                raise ValueError(f"got {len(sampling)} sampling configs for {len(prompts)} prompts: give one, or one per prompt")
+                raise ValueError(
+                    f"got {len(sampling)} sampling configs for {len(prompts)} prompts: give one, or one per prompt"
+                )
             params = [_sampling_params(s) for s in sampling]
         request_outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [_to_generations(list(ids), out) for ids, out in zip(prompts_ids, request_outputs)]
@@ -252,7 +262,12 @@ class VLLMEngine:
                     "k2post_receive_update", args=(address, self.cpu, timeout_s, verify_checksum)
                 )[0]
             self._pending_update = True
-        return {**stats, "engine_s": time.perf_counter() - started, "weights_version": self.weights_version, "mode": self.weight_update_mode}
+        return {
+            **stats,
+            "engine_s": time.perf_counter() - started,
+            "weights_version": self.weights_version,
+            "mode": self.weight_update_mode,
+        }
 
     def _receive_staged(self, address: str, timeout_s: float, verify_checksum: bool) -> dict:
         from checkpoint_engine import WeightReceiver
@@ -260,7 +275,12 @@ class VLLMEngine:
         checkpoint = self._rebuild_checkpoint()
         with WeightReceiver(address, checkpoint.stage, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
             stats = rx.run_update()
-        return {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets, "elapsed_s": stats.elapsed_s}
+        return {
+            "nbytes": stats.nbytes,
+            "n_tensors": stats.n_tensors,
+            "n_buckets": stats.n_buckets,
+            "elapsed_s": stats.elapsed_s,
+        }
 
     def _rebuild_checkpoint(self):
         if self._checkpoint is None:
@@ -365,7 +385,5 @@ def _to_generations(prompt_ids: list[int], request_output) -> list[Generation]:
     for completion in request_output.outputs:
         token_ids = list(completion.token_ids)
         logprobs = sampled_logprobs(token_ids, completion.logprobs)
-        generations.append(
-            Generation(prompt_ids, token_ids, logprobs, completion.text, completion.finish_reason)
-        )
+        generations.append(Generation(prompt_ids, token_ids, logprobs, completion.text, completion.finish_reason))
     return generations

@@ -49,12 +49,16 @@ def in_place_problems(model: torch.nn.Module, cpu: bool) -> list[str]:
             "dispatch (apply k2post.rollout.vllm_cpu_patch.apply_cpu_weight_patch() before building the "
             "engine) or by an MLA attention backend that absorbs kv_b_proj (build with disable_mla: true)"
         )
-    absorbed = [name for name, module in model.named_modules()
-                if any(isinstance(getattr(module, attr, None), torch.Tensor) for attr in ABSORBED_MLA_ATTRS)]
+    absorbed = [
+        name
+        for name, module in model.named_modules()
+        if any(isinstance(getattr(module, attr, None), torch.Tensor) for attr in ABSORBED_MLA_ATTRS)
+    ]
     if absorbed:
         problems.append(
-            f"{len(absorbed)} MLA attention layers keep kv_b_proj absorbed into W_UK_T/W_UV copies (e.g. {absorbed[0]}; "
-            "the AMX MLA backend on CPUs with AMX): a push into kv_b_proj would not reach them (build with disable_mla: true)"
+            f"{len(absorbed)} MLA attention layers keep kv_b_proj absorbed into W_UK_T/W_UV copies "
+            f"(e.g. {absorbed[0]}; the AMX MLA backend on CPUs with AMX): a push into kv_b_proj would not reach them "
+            "(build with disable_mla: true)"
         )
     packed = vllm_cpu_patch.packed_experts_without_copy(model)
     if packed:

@@ -29,14 +29,26 @@ class K2PostWorkerExtension:
         """Copy HF-named tensors into this worker's model in place. Returns the count."""
         return load_into_model(worker_model(self), named, repack)
 
-    def k2post_receive_update(self, address: str, repack: bool, timeout_s: float = 60.0, verify_checksum: bool = True) -> dict[str, Any]:
+    def k2post_receive_update(
+        self, address: str, repack: bool, timeout_s: float = 60.0, verify_checksum: bool = True
+    ) -> dict[str, Any]:
         """Receive one checkpoint-engine update from `address` straight into this worker's model."""
         from checkpoint_engine import WeightReceiver
 
         model = worker_model(self)
-        with WeightReceiver(address, lambda batch: load_into_model(model, batch, repack), timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
+        with WeightReceiver(
+            address,
+            lambda batch: load_into_model(model, batch, repack),
+            timeout_s=timeout_s,
+            verify_checksum=verify_checksum,
+        ) as rx:
             stats = rx.run_update()
-        return {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets, "elapsed_s": stats.elapsed_s}
+        return {
+            "nbytes": stats.nbytes,
+            "n_tensors": stats.n_tensors,
+            "n_buckets": stats.n_buckets,
+            "elapsed_s": stats.elapsed_s,
+        }
 
     def k2post_in_place_problems(self, cpu: bool) -> list[str]:
         """Why in-place pushes cannot work here (empty: they can)."""

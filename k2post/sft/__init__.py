@@ -3,7 +3,7 @@
 Chat rows -> K2 template tokens with a loss mask on assistant tokens (`data`), packed into
 fixed-size rows with block-causal attention (`packing`, `batching`), trained with MuonClip on
 the DeepSpeed engine at a configurable ZeRO stage (`trainer`), checkpointed in HF format with
-resumable engine state (`checkpoint`). See docs/SFT.md.
+resumable engine state (`k2post.train.checkpoint`, shared with RL). See docs/SFT.md.
 
     k2post sft configs/sft_tool_use.yaml [key.path=value ...]
     python -m pipelines.sft configs/sft_tool_use.yaml            # what `ray job submit` runs

@@ -15,6 +15,7 @@ from k2post.config.base import K2Config
 from k2post.config.registry import register_run_config
 from k2post.models.config import ModelConfig
 from k2post.optim.config import OptimConfig
+from k2post.train.config import MOVED_TRAIN_KEYS, CheckpointConfig, LRScheduleConfig
 
 
 class SFTDataConfig(K2Config):
@@ -26,7 +27,9 @@ class SFTDataConfig(K2Config):
         "what `k2post synth` writes).",
     )
     max_seq_len: int = Field(
-        2048, gt=1, description="Tokens per packed row. A rendered dialogue longer than this is a bad row (never truncated)."
+        2048,
+        gt=1,
+        description="Tokens per packed row. A rendered dialogue longer than this is a bad row (never truncated).",
     )
     packing: bool = Field(
         True,
@@ -34,7 +37,10 @@ class SFTDataConfig(K2Config):
         "false: one dialogue per row.",
     )
     eval_fraction: float = Field(
-        0.05, ge=0, lt=1, description="Share of rows held out for eval loss, chosen by a hash of the row id (deterministic)."
+        0.05,
+        ge=0,
+        lt=1,
+        description="Share of rows held out for eval loss, chosen by a hash of the row id (deterministic).",
     )
     split_salt: str = Field(
         "k2post-sft", description="Salt of the id hash that picks the held-out rows (change it for another split)."
@@ -56,7 +62,10 @@ class SFTDataConfig(K2Config):
 
 
 class SFTTrainConfig(K2Config):
-    """The training loop: steps, batch shape, lr schedule, eval, checkpoints, logging."""
+    """The training loop: steps, batch shape, eval, logging (the lr schedule and checkpoints: `schedule`,
+    `checkpoint`)."""
+
+    renamed_fields = MOVED_TRAIN_KEYS
 
     max_steps: int | None = Field(
         None, gt=0, description="Optimizer steps; null: `epochs` passes over the packed train rows (rounded up)."
@@ -64,16 +73,11 @@ class SFTTrainConfig(K2Config):
     epochs: int = Field(1, ge=1, description="Passes over the train rows when max_steps is null.")
     micro_batch_size: int = Field(1, ge=1, description="Packed rows per forward pass (per rank).")
     gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step (per rank).")
-    lr_schedule: Literal["cosine", "constant"] = Field(
-        "cosine", description="After warmup: cosine decay from optim.lr to optim.lr * min_lr_ratio, or constant optim.lr."
+    eval_every: int = Field(
+        50, ge=0, description="Eval loss on the held-out rows every N steps (0: only at start and end)."
     )
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to optim.lr over this many steps.")
-    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine schedule: final lr = optim.lr * min_lr_ratio.")
-    eval_every: int = Field(50, ge=0, description="Eval loss on the held-out rows every N steps (0: only at start and end).")
     eval_at_start: bool = Field(True, description="Also measure eval loss before the first step (step 0).")
     eval_batch_size: int = Field(4, ge=1, description="Packed held-out rows per eval forward pass.")
-    save_every: int = Field(100, ge=0, description="Write a resumable checkpoint every N steps (0: only at the end).")
-    keep_checkpoints: int = Field(2, ge=1, description="Newest step checkpoints kept; older ones are deleted.")
     log_every: int = Field(10, ge=1, description="Print a progress line every N steps (metrics.jsonl gets every step).")
     progress_bar: bool = Field(True, description="Show a live progress bar when stdout is a terminal.")
     seed: int = Field(0, description="Seed of the per-epoch shuffle of the train dialogues (and of torch's RNG).")
@@ -86,10 +90,6 @@ class SFTTrainConfig(K2Config):
 
     @model_validator(mode="after")
     def _steps_are_consistent(self) -> "SFTTrainConfig":
-        if self.max_steps is not None and self.warmup_steps >= self.max_steps:
-            raise ValueError(
-                f"warmup_steps ({self.warmup_steps}) must be < max_steps ({self.max_steps}): lower warmup_steps"
-            )
         if self.max_steps is not None and self.stop_at_step is not None and self.stop_at_step >= self.max_steps:
             raise ValueError(
                 f"stop_at_step ({self.stop_at_step}) must be < max_steps ({self.max_steps}): drop stop_at_step "
@@ -105,7 +105,8 @@ class SFTDeepSpeedConfig(K2Config):
         2, description="ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over ranks."
     )
     precision: Literal["fp32", "bf16"] = Field(
-        "fp32", description="Compute dtype. bf16 keeps fp32 master weights in the ZeRO optimizer (needs zero_stage >= 1)."
+        "fp32",
+        description="Compute dtype. bf16 keeps fp32 master weights in the ZeRO optimizer (needs zero_stage >= 1).",
     )
     dist_backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto", description="torch.distributed backend; auto: nccl when CUDA is visible, else gloo."
@@ -119,10 +120,14 @@ class SFTDeepSpeedConfig(K2Config):
     @model_validator(mode="after")
     def _check(self) -> "SFTDeepSpeedConfig":
         if self.precision == "bf16" and self.zero_stage == 0:
-            raise ValueError("precision bf16 needs zero_stage >= 1 (ZeroMuonClip keeps the fp32 masters there): set zero_stage: 1")
+            raise ValueError(
+                "precision bf16 needs zero_stage >= 1 (ZeroMuonClip keeps the fp32 masters there): set zero_stage: 1"
+            )
         clash = sorted({"optimizer", "scheduler"} & set(self.extra))
         if clash:
-            raise ValueError(f"extra must not hold {clash}: the optimizer (MuonClip) and lr schedule come from optim/train")
+            raise ValueError(
+                f"extra must not hold {clash}: the optimizer (MuonClip) and lr schedule come from optim/train"
+            )
         return self
 
 
@@ -135,13 +140,23 @@ class SFTConfig(K2Config):
         "runs/sft_tool_use",
         description="Outputs: metrics.jsonl, data_report.json, checkpoints/step-N, final/ (HF model), summary.json.",
     )
-    model: ModelConfig = Field(default_factory=ModelConfig, description="The model to fine-tune (built from its flavor if missing).")
-    data: SFTDataConfig = Field(default_factory=SFTDataConfig, description="The chat dataset and how it is tokenized and split.")
+    model: ModelConfig = Field(
+        default_factory=ModelConfig, description="The model to fine-tune (built from its flavor if missing)."
+    )
+    data: SFTDataConfig = Field(
+        default_factory=SFTDataConfig, description="The chat dataset and how it is tokenized and split."
+    )
     optim: OptimConfig = Field(
         default_factory=lambda: OptimConfig(lr=2e-3, weight_decay=0.1),
         description="MuonClip settings; optim.lr is the peak lr of the schedule.",
     )
     train: SFTTrainConfig = Field(default_factory=SFTTrainConfig, description="The training loop.")
+    schedule: LRScheduleConfig = Field(
+        default_factory=LRScheduleConfig, description="The lr schedule over the run's optimizer steps."
+    )
+    checkpoint: CheckpointConfig = Field(
+        default_factory=CheckpointConfig, description="Resumable checkpoints every N optimizer steps."
+    )
     deepspeed: SFTDeepSpeedConfig = Field(default_factory=SFTDeepSpeedConfig, description="The DeepSpeed engine.")
     resume: bool = Field(
         False,
@@ -151,8 +166,15 @@ class SFTConfig(K2Config):
 
     @model_validator(mode="after")
     def _check(self) -> "SFTConfig":
+        steps = self.train.max_steps
+        if steps is not None and self.schedule.warmup_steps >= steps:
+            raise ValueError(
+                f"schedule.warmup_steps ({self.schedule.warmup_steps}) must be < train.max_steps ({steps}): lower it"
+            )
         if self.train.eval_every > 0 and self.data.eval_fraction == 0:
-            raise ValueError("train.eval_every > 0 needs held-out rows: set data.eval_fraction > 0 or train.eval_every: 0")
+            raise ValueError(
+                "train.eval_every > 0 needs held-out rows: set data.eval_fraction > 0 or train.eval_every: 0"
+            )
         if self.model.dtype != "float32":
             raise ValueError(
                 "model.dtype must be float32 for SFT (the optimizer keeps fp32 weights): use deepspeed.precision: bf16 "

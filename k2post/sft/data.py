@@ -24,7 +24,6 @@ raises `BadRowError` with that line.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections import Counter
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from k2post.chat.template import assign_tool_call_ids, render_ids, special_token_ids, validate_dialogue
 from k2post.chat.types import Message, ToolSpec, dialogue_from_openai
+from k2post.envs.splits import hash_bucket
 from k2post.sft.config import SFTDataConfig
 from k2post.sft.packing import Example
 
@@ -201,11 +201,8 @@ def row_example(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataCon
 
 
 def is_eval_id(row_id: str, fraction: float, salt: str) -> bool:
-    """Whether a row id falls in the held-out split (sha256 of salt + id; independent of row order)."""
-    if fraction <= 0:
-        return False
-    digest = hashlib.sha256(f"{salt}\0{row_id}".encode()).hexdigest()
-    return int(digest[:12], 16) / 16**12 < fraction
+    """Whether a row id falls in the held-out split (`hash_bucket` of salt + id; independent of row order)."""
+    return fraction > 0 and hash_bucket(f"{salt}\0{row_id}") < fraction
 
 
 @dataclass
@@ -248,7 +245,9 @@ def open_dataset(path: str | Path, limit: int | None = None) -> Any:
     from datasets import Dataset, load_from_disk
 
     if not Path(path).is_dir():
-        raise SFTDataError(f"data.path {str(path)!r} is not a directory (expected an HF dataset saved with save_to_disk)")
+        raise SFTDataError(
+            f"data.path {str(path)!r} is not a directory (expected an HF dataset saved with save_to_disk)"
+        )
     try:
         dataset = load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as err:
@@ -314,7 +313,9 @@ def _check_usable(report: DataReport, data: SFTData, cfg: SFTDataConfig) -> None
     """Fail on too many bad rows or an empty train split; log the skipped rows."""
     if report.bad_rows:
         shown = "; ".join(str(bad) for bad in report.bad_rows[:3])
-        logger.warning("skipped %d of %d rows (listed in data_report.json): %s", len(report.bad_rows), report.rows, shown)
+        logger.warning(
+            "skipped %d of %d rows (listed in data_report.json): %s", len(report.bad_rows), report.rows, shown
+        )
     if report.rows and len(report.bad_rows) / report.rows > cfg.max_bad_fraction:
         raise SFTDataError(
             f"{len(report.bad_rows)} of {report.rows} rows are bad (> data.max_bad_fraction {cfg.max_bad_fraction}); "

@@ -171,7 +171,9 @@ def check_packed_attention(model: Any) -> None:
     allowed = _packed_mask(model)
     expected = _block_causal([3, 2])
     if allowed is None or not bool((allowed == expected).all()):
-        raise ValueError(f"{impl!r} attention does not build a block-causal mask from position_ids: set data.packing: false")
+        raise ValueError(
+            f"{impl!r} attention does not build a block-causal mask from position_ids: set data.packing: false"
+        )
 
 
 def _packed_mask(model: Any) -> Any:

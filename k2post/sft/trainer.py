@@ -3,7 +3,7 @@
     summary = run_sft(load_run_config("configs/sft_tool_use.yaml", expected_kind="sft"))
 
 One process by default (CPU: gloo, DS_ACCELERATOR=cpu); under torchrun / the deepspeed
-launcher every rank runs the same code (`runtime`). Per optimizer step: set the lr of the
+launcher every rank runs the same code (`k2post.train.distributed`). Per optimizer step: set the lr of the
 schedule, run this rank's micro-batches (forward without attention mask, restarting
 position ids = block-causal attention per packed dialogue), sum the token cross-entropy,
 normalize by the step's label tokens over all ranks (so the gradient is that of the token
@@ -28,16 +28,16 @@ import torch.nn.functional as F
 
 from k2post.config.loader import dump_yaml
 from k2post.models.loading import ensure_model, load_causal_lm, load_tokenizer
-from k2post.optim.deepspeed_muon import apply_qk_clip_zero, deepspeed_initialize, find_zero_muon_clip
+from k2post.optim.deepspeed_muon import apply_qk_clip_zero, deepspeed_initialize
 from k2post.optim.qk_clip import MaxLogitRecorder, recording_real_tokens
-from k2post.sft import checkpoint as ckpt
+from k2post.train import checkpoint as ckpt
 from k2post.sft.batching import BatchPlan, BatchShape
 from k2post.sft.config import SFTConfig
 from k2post.sft.data import SFTData, load_sft_data
-from k2post.sft.metrics import MetricsLog, ProgressDisplay, read_metrics
+from k2post.train.metrics import MetricsLog, ProgressDisplay, read_metrics
 from k2post.sft.packing import IGNORE_INDEX, PackedRow, check_packed_attention, collate, model_inputs, pack_examples
-from k2post.sft.runtime import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
-from k2post.sft.schedule import lr_factor
+from k2post.train.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
+from k2post.train.schedule import lr_factor, set_lr
 
 logger = logging.getLogger(__name__)
 
@@ -170,16 +170,10 @@ def pad_id(tokenizer: Any) -> int:
     return 0
 
 
-def set_lr(engine: Any, lr: float) -> None:
-    """Set the lr of every param group of the engine's ZeroMuonClip (ZeRO keeps the same group dicts)."""
-    for group in find_zero_muon_clip(engine).param_groups:
-        group["lr"] = lr
-
-
 def train_step(run: SFTRun, step: int) -> dict[str, Any]:
     """One optimizer step (this rank's micro-batches) -> the metrics row of step `step + 1`."""
     start = time.perf_counter()
-    lr = run.cfg.optim.lr * lr_factor(step, run.total_steps, run.cfg.train)
+    lr = run.cfg.optim.lr * lr_factor(step, run.total_steps, run.cfg.schedule)
     set_lr(run.engine, lr)
     total_labels = run.plan.step_label_tokens(step)
     scale = run.plan.shape.micro_batches_per_step / total_labels  # DeepSpeed averages over gas and ranks
@@ -194,25 +188,40 @@ def train_step(run: SFTRun, step: int) -> dict[str, Any]:
     qk_metrics = _qk_clip(run)
     (loss_sum,) = all_reduce_sum([loss_sum])
     tokens = sum(len(row) for batch in run.plan.step_micro_batches(step) for row in batch)
-    return _step_row(run, step, loss_sum / total_labels, lr, tokens, total_labels, time.perf_counter() - start, qk_metrics)
+    return _step_row(
+        run, step, loss_sum / total_labels, lr, tokens, total_labels, time.perf_counter() - start, qk_metrics
+    )
 
 
 def _qk_clip(run: SFTRun) -> dict[str, float]:
     """QK-Clip after the step (every rank), as metrics."""
     if run.recorder is None:
         return {}
-    return apply_qk_clip_zero(run.engine, run.recorder, run.cfg.optim.qk_clip.tau).to_metrics()
+    return apply_qk_clip_zero(run.engine, run.recorder, run.cfg.optim.qk_clip.logit_threshold).to_metrics()
 
 
-def _step_row(run: SFTRun, step: int, loss: float, lr: float, tokens: int, labels: int, seconds: float,
-              qk: dict[str, float]) -> dict[str, Any]:
+def _step_row(
+    run: SFTRun, step: int, loss: float, lr: float, tokens: int, labels: int, seconds: float, qk: dict[str, float]
+) -> dict[str, Any]:
     """Update the counters and build the metrics row of step `step + 1`."""
-    run.state.step, run.state.tokens, run.state.label_tokens = step + 1, run.state.tokens + tokens, run.state.label_tokens + labels
+    run.state.step, run.state.tokens, run.state.label_tokens = (
+        step + 1,
+        run.state.tokens + tokens,
+        run.state.label_tokens + labels,
+    )
     run.step_times.append(seconds)
     run.step_tokens.append(tokens)
-    row = {"step": step + 1, "epoch": round(run.plan.epoch_of_step(step + 1), 4), "loss": loss, "lr": lr,
-           "tokens": tokens, "label_tokens": labels, "tokens_total": run.state.tokens,
-           "step_time_s": round(seconds, 4), "tokens_per_s": tokens / max(seconds, 1e-9)}
+    row = {
+        "step": step + 1,
+        "epoch": round(run.plan.epoch_of_step(step + 1), 4),
+        "loss": loss,
+        "lr": lr,
+        "tokens": tokens,
+        "label_tokens": labels,
+        "tokens_total": run.state.tokens,
+        "step_time_s": round(seconds, 4),
+        "tokens_per_s": tokens / max(seconds, 1e-9),
+    }
     return {**row, **qk}
 
 
@@ -261,7 +270,7 @@ def save_checkpoint(run: SFTRun, step: int) -> Path:
 
     path = ckpt.write_atomically(ckpt.checkpoint_dir(run.run_dir, step), run.dist, write)
     if run.dist.is_main:
-        ckpt.prune_checkpoints(run.run_dir, run.cfg.train.keep_checkpoints)
+        ckpt.prune_checkpoints(run.run_dir, run.cfg.checkpoint.keep)
     return path
 
 
@@ -314,7 +323,7 @@ def train_loop(run: SFTRun, start: int, display: ProgressDisplay) -> int:
             row.update(eval_row(run))
         run.metrics.append(row)
         display.update(row, run.total_steps)
-        if _due(step + 1, train.save_every, end):
+        if _due(step + 1, run.cfg.checkpoint.every, end):
             save_checkpoint(run, step + 1)
     return max(start, end)
 
@@ -327,13 +336,18 @@ def summarize(run: SFTRun, start: int, end: int, wall_s: float, final: Path | No
     times = run.step_times[1:] or run.step_times  # the first step pays one-time warm-up
     report = run.data.report.to_json()
     summary = {
-        "completed": final is not None, "steps": end, "total_steps": run.total_steps,
+        "completed": final is not None,
+        "steps": end,
+        "total_steps": run.total_steps,
         "resumed_from": start if run.cfg.resume and start > 0 else None,
-        "eval_loss_start": evals[0] if evals else None, "eval_loss_end": evals[-1] if evals else None,
-        "train_loss_first": losses[0] if losses else None, "train_loss_last": losses[-1] if losses else None,
+        "eval_loss_start": evals[0] if evals else None,
+        "eval_loss_end": evals[-1] if evals else None,
+        "train_loss_first": losses[0] if losses else None,
+        "train_loss_last": losses[-1] if losses else None,
         "mean_step_time_s": sum(times) / len(times) if times else None,
         "tokens_per_s": sum(run.step_tokens) / max(sum(run.step_times), 1e-9) if run.step_times else None,
-        "wall_s": round(wall_s, 2), "final_dir": str(final) if final else None,
+        "wall_s": round(wall_s, 2),
+        "final_dir": str(final) if final else None,
         "data": {k: report[k] for k in ("rows", "train_examples", "eval_examples", "num_bad_rows", "train_tokens")},
     }
     if run.dist.is_main:
@@ -347,8 +361,10 @@ def _train(cfg: SFTConfig, dist: DistInfo) -> dict[str, Any]:
     run = build_run(cfg, dist)
     start = resume(run)
     display = ProgressDisplay(run.total_steps, start, cfg.train.log_every, cfg.train.progress_bar, dist.is_main)
-    display.print(f"sft: {len(run.data.train)} train / {len(run.data.eval)} eval dialogues, "
-                  f"{run.plan.epoch_length(0)} packed rows per epoch, steps {start}..{run.total_steps}")
+    display.print(
+        f"sft: {len(run.data.train)} train / {len(run.data.eval)} eval dialogues, "
+        f"{run.plan.epoch_length(0)} packed rows per epoch, steps {start}..{run.total_steps}"
+    )
     try:
         end = train_loop(run, start, display)
     finally:

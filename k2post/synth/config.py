@@ -32,42 +32,86 @@ class SynthConfig(K2Config):
     tool_specs_dir: str | None = Field(
         None, description="Directory of MCP-style JSON tool specs (null: the shipped environments/data/tool_specs)."
     )
-    domains: list[str] = Field(default_factory=lambda: list(DEFAULT_DOMAINS), description="Tool-use domains to synthesize trajectories for (may be empty when gym_tasks is set).")
+    domains: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_DOMAINS),
+        description="Tool-use domains to synthesize trajectories for (may be empty when gym_tasks is set).",
+    )
     gym_tasks: list[GymTasksConfig] = Field(
-        default_factory=list, description="Single-turn verifiable gyms (math, reasoning_gym) to write reference answers for, judged by the gym's own verifier."
+        default_factory=list,
+        description="Single-turn verifiable gyms (math, reasoning_gym) to write reference answers for, judged by the "
+        "gym's own verifier.",
     )
     synthetic_domains: list[DomainBlueprint] = Field(
-        default_factory=list, description="Extra record-store domains (entity + fields) to synthesize tools and tasks for; list them in `domains` too."
+        default_factory=list,
+        description="Extra record-store domains (entity + fields) to synthesize tools and tasks for; "
+        "list them in `domains` too.",
     )
     templates: list[str] = Field(
-        default_factory=list, description="Only these task templates (e.g. inventory_look_up); empty: every template of the domains."
+        default_factory=list,
+        description="Only these task templates (e.g. inventory_look_up); empty: every template of the domains.",
     )
-    tasks_per_domain: int = Field(40, gt=0, description="Training tasks per domain (one accepted trajectory each at most).")
-    heldout_tasks_per_domain: int = Field(10, ge=0, description="Held-out (test split) tasks per domain, written for evaluation only.")
-    test_fraction: float = Field(0.1, gt=0, lt=1, description="Share of the task space that is test split (same rule as the tool_use gym).")
-    attempts_per_task: int = Field(2, gt=0, description="Trajectories tried per task until one is accepted (rejection sampling).")
-    max_turns: int = Field(8, gt=0, description="Assistant turns per trajectory before it is cut (and rejected as unfinished).")
+    tasks_per_domain: int = Field(
+        40, gt=0, description="Training tasks per domain (one accepted trajectory each at most)."
+    )
+    heldout_tasks_per_domain: int = Field(
+        10, ge=0, description="Held-out (test split) tasks per domain, written for evaluation only."
+    )
+    test_fraction: float = Field(
+        0.1, gt=0, lt=1, description="Share of the task space that is test split (same rule as the tool_use gym)."
+    )
+    attempts_per_task: int = Field(
+        2, gt=0, description="Trajectories tried per task until one is accepted (rejection sampling)."
+    )
+    max_turns: int = Field(
+        8, gt=0, description="Assistant turns per trajectory before it is cut (and rejected as unfinished)."
+    )
     seed: int = Field(0, description="Seed of tasks, personas, mistakes and simulator randomness.")
-    personas: list[str] = Field(default_factory=lambda: list(PERSONAS), min_length=1, description="Personas of the simulated users.")
-    agent: Literal["reference", "llm"] = Field("reference", description="Who writes assistant turns: the built-in reference solver or the LLM.")
-    mistake_rate: float = Field(0.15, ge=0, le=1, description="Reference agent: share of trajectories with one injected mistake (the judge must reject them).")
+    personas: list[str] = Field(
+        default_factory=lambda: list(PERSONAS), min_length=1, description="Personas of the simulated users."
+    )
+    agent: Literal["reference", "llm"] = Field(
+        "reference", description="Who writes assistant turns: the built-in reference solver or the LLM."
+    )
+    mistake_rate: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="Reference agent: share of trajectories with one injected mistake (the judge must reject them).",
+    )
     direct_answer_rate: float = Field(
-        0.0, ge=0, le=1,
-        description="Reference agent: share of tool-use tasks answered at once from the reference answer, without a tool call (a "
-        "teacher that does the work in its head); judged on the final answer alone (`AnswerJudge`). Data that under-uses the "
-        "tools, as distilled data often does: RL on the tool_use gym, which rewards the computation done with the tool, has to "
-        "learn to call it (the demo, docs/RL.md).")
+        0.0,
+        ge=0,
+        le=1,
+        description="Reference agent: share of tool-use tasks answered at once from the reference answer, without a "
+        "tool call (a teacher that does the work in its head); judged on the final answer alone (`AnswerJudge`). Data "
+        "that under-uses the tools, as distilled data often does: RL on the tool_use gym, which rewards the "
+        "computation done with the tool, has to learn to call it (the demo, docs/RL.md).",
+    )
     direct_answer_templates: list[str] | None = Field(
-        None, description="Task templates `direct_answer_rate` applies to (null: every template), e.g. [calc_multiply]: a teacher "
-        "that trusts its mental arithmetic on products but adds with the calculator.")
-    user_simulator: Literal["rules", "llm"] = Field("rules", description="Who plays the user: persona rules or the LLM.")
-    tool_simulator: Literal["rules", "llm"] = Field("rules", description="Who answers tool calls: the domain's stateful simulator or the LLM.")
-    tool_failure_rate: float = Field(0.0, ge=0, le=1, description="Rules simulator: probability of a seeded transient tool failure per call.")
+        None,
+        description="Task templates `direct_answer_rate` applies to (null: every template), e.g. [calc_multiply]: a "
+        "teacher that trusts its mental arithmetic on products but adds with the calculator.",
+    )
+    user_simulator: Literal["rules", "llm"] = Field(
+        "rules", description="Who plays the user: persona rules or the LLM."
+    )
+    tool_simulator: Literal["rules", "llm"] = Field(
+        "rules", description="Who answers tool calls: the domain's stateful simulator or the LLM."
+    )
+    tool_failure_rate: float = Field(
+        0.0, ge=0, le=1, description="Rules simulator: probability of a seeded transient tool failure per call."
+    )
     judge: Literal["rubric", "llm", "rubric+llm"] = Field("rubric", description="Which judge keeps trajectories.")
-    llm: HTTPClientConfig | None = Field(None, description="OpenAI-compatible endpoint for the LLM roles (e.g. `k2post serve`).")
+    llm: HTTPClientConfig | None = Field(
+        None, description="OpenAI-compatible endpoint for the LLM roles (e.g. `k2post serve`)."
+    )
     llm_sampling: LLMSamplingConfig = Field(default_factory=LLMSamplingConfig, description="Sampling of the LLM roles.")
-    resume: bool = Field(True, description="Continue an interrupted run in out_dir (tasks already decided are skipped).")
-    keep_rejected: bool = Field(True, description="Also write the rejected trajectories (out_dir/rejected) for inspection.")
+    resume: bool = Field(
+        True, description="Continue an interrupted run in out_dir (tasks already decided are skipped)."
+    )
+    keep_rejected: bool = Field(
+        True, description="Also write the rejected trajectories (out_dir/rejected) for inspection."
+    )
 
     @model_validator(mode="after")
     def _llm_roles_need_endpoint(self) -> "SynthConfig":
@@ -75,11 +119,24 @@ class SynthConfig(K2Config):
             raise ValueError("nothing to synthesize: list tool-use `domains`, `gym_tasks`, or both")
         gyms = [g.key for g in self.gym_tasks]
         if len(set(gyms)) != len(gyms):
-            raise ValueError(f"gym_tasks must name each entry once, got {gyms}: give a second entry of an environment its own `label`")
-        roles = [name for name, value in (("agent", self.agent), ("user_simulator", self.user_simulator),
-                                          ("tool_simulator", self.tool_simulator), ("judge", self.judge)) if "llm" in value]
+            raise ValueError(
+                f"gym_tasks must name each entry once, got {gyms}: "
+                "give a second entry of an environment its own `label`"
+            )
+        roles = [
+            name
+            for name, value in (
+                ("agent", self.agent),
+                ("user_simulator", self.user_simulator),
+                ("tool_simulator", self.tool_simulator),
+                ("judge", self.judge),
+            )
+            if "llm" in value
+        ]
         if roles and self.llm is None:
-            raise ValueError(f"{', '.join(roles)} use the LLM: add an `llm:` section with base_url (e.g. a `k2post serve` endpoint)")
+            raise ValueError(
+                f"{', '.join(roles)} use the LLM: add an `llm:` section with base_url (e.g. a `k2post serve` endpoint)"
+            )
         unknown = sorted(set(self.personas) - set(PERSONAS))
         if unknown:
             raise ValueError(f"unknown personas {unknown}; known: {sorted(PERSONAS)}")
@@ -88,17 +145,25 @@ class SynthConfig(K2Config):
         known = known_domain_names(self.synthetic_domains)
         missing = [name for name in self.domains if name not in known]
         if missing:
-            raise ValueError(f"unknown domains {missing}; known: {known} (add a synthetic_domains entry to make a new one)")
+            raise ValueError(
+                f"unknown domains {missing}; known: {known} (add a synthetic_domains entry to make a new one)"
+            )
         if self.templates:
             from k2post.synth.domains import build_domains
 
-            offered = {name: d for d in build_domains(self.domains, self.synthetic_domains).values() for name in d.templates}
+            offered = {
+                name: d for d in build_domains(self.domains, self.synthetic_domains).values() for name in d.templates
+            }
             unknown_templates = sorted(set(self.templates) - set(offered))
             if unknown_templates:
-                raise ValueError(f"templates {unknown_templates} are not templates of {self.domains}; known: {sorted(offered)}")
+                raise ValueError(
+                    f"templates {unknown_templates} are not templates of {self.domains}; known: {sorted(offered)}"
+                )
             idle = sorted(set(self.domains) - {offered[t].name for t in self.templates})
             if idle:
-                raise ValueError(f"domains {idle} have none of the listed templates: drop them from domains or add their templates")
+                raise ValueError(
+                    f"domains {idle} have none of the listed templates: drop them from domains or add their templates"
+                )
         self._check_direct_templates()
         return self
 
@@ -107,7 +172,11 @@ class SynthConfig(K2Config):
             return
         from k2post.synth.domains import build_domains
 
-        synthesized = set(self.templates) or {t for d in build_domains(self.domains, self.synthetic_domains).values() for t in d.templates}
+        synthesized = set(self.templates) or {
+            t for d in build_domains(self.domains, self.synthetic_domains).values() for t in d.templates
+        }
         unused = sorted(set(self.direct_answer_templates) - synthesized)
         if unused:
-            raise ValueError(f"direct_answer_templates {unused} are not synthesized templates; known: {sorted(synthesized)}")
+            raise ValueError(
+                f"direct_answer_templates {unused} are not synthesized templates; known: {sorted(synthesized)}"
+            )

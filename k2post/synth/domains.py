@@ -16,11 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from environments.toolsets import TEMPLATES_BY_TOOLSET, TOOLSETS, load_state
-from environments.toolsets.base import Toolset, ToolsetState
-from environments.toolsets.checks import Scenario
+from k2post.toolsets import TEMPLATES_BY_TOOLSET, TOOLSETS, load_state
+from k2post.toolsets.base import Toolset, ToolsetState
+from k2post.toolsets.checks import Scenario
 from k2post.chat.types import ToolSpec
-from k2post.synth.record_store import BLUEPRINTS, DomainBlueprint, RecordStoreState, RecordStoreToolset, record_templates
+from k2post.synth.record_store import (
+    BLUEPRINTS,
+    DomainBlueprint,
+    RecordStoreState,
+    RecordStoreToolset,
+    record_templates,
+)
 
 TemplateFn = Callable[[random.Random], Scenario]
 
@@ -58,7 +64,9 @@ def toolset_domain(name: str) -> Domain:
 def blueprint_domain(bp: DomainBlueprint) -> Domain:
     """A synthetic record-store domain."""
     toolset = RecordStoreToolset(bp)
-    return Domain(bp.domain, bp.description, toolset.context, toolset, record_templates(bp), RecordStoreState.model_validate)
+    return Domain(
+        bp.domain, bp.description, toolset.context, toolset, record_templates(bp), RecordStoreState.model_validate
+    )
 
 
 def known_domain_names(extra: list[DomainBlueprint] | None = None) -> list[str]:

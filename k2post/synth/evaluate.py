@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from environments.toolsets.base import is_error
-from environments.toolsets.checks import ToolCallRecord
+from k2post.toolsets.base import is_error
+from k2post.toolsets.checks import ToolCallRecord
 from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
 from k2post.chat.types import Message, ToolSpec
 from k2post.envs.base import MultiTurnEnvironment, Reward, Split, StepResult, Task
@@ -44,8 +44,13 @@ class SynthTaskEnv(MultiTurnEnvironment):
     def as_task(self, task: SynthTask) -> Task:
         domain = self.domains[task.domain]
         opening = PERSONAS[task.persona].opening.format(request=task.scenario.prompt)
-        messages = [Message(role="system", content=agent_for(domain).system_prompt), Message(role="user", content=opening)]
-        return Task(id=task.id, env=self.name, task_type=self.task_type, messages=messages, metadata={"domain": task.domain})
+        messages = [
+            Message(role="system", content=agent_for(domain).system_prompt),
+            Message(role="user", content=opening),
+        ]
+        return Task(
+            id=task.id, env=self.name, task_type=self.task_type, messages=messages, metadata={"domain": task.domain}
+        )
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         chosen = [t for t in self.synth.values() if t.split == split]
@@ -56,7 +61,13 @@ class SynthTaskEnv(MultiTurnEnvironment):
 
     def reset(self, task: Task) -> dict[str, Any]:
         synth = self.synth[task.id]
-        return {"state": self.domains[synth.domain].new_state(synth.scenario), "calls": [], "turns": 0, "answer": "", "done": False}
+        return {
+            "state": self.domains[synth.domain].new_state(synth.scenario),
+            "calls": [],
+            "turns": 0,
+            "answer": "",
+            "done": False,
+        }
 
     def step(self, state: dict[str, Any], assistant: Message) -> StepResult:
         state["turns"] += 1
@@ -67,7 +78,16 @@ class SynthTaskEnv(MultiTurnEnvironment):
         observations = []
         for call in assistant.tool_calls:
             result = toolset.call(state["state"], call.name, dict(call.arguments))
-            state["calls"].append(ToolCallRecord(turn=state["turns"] - 1, id=call.id, name=call.name, arguments=dict(call.arguments), result=result, ok=not is_error(result)))
+            state["calls"].append(
+                ToolCallRecord(
+                    turn=state["turns"] - 1,
+                    id=call.id,
+                    name=call.name,
+                    arguments=dict(call.arguments),
+                    result=result,
+                    ok=not is_error(result),
+                )
+            )
             observations.append(Message(role="tool", tool_call_id=call.id, content=result))
         return StepResult(observations=observations, done=False)
 
@@ -115,8 +135,12 @@ def evaluate_tasks(engine, tasks: list[SynthTask], max_turns: int = 8, max_turn_
     from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
 
     env = SynthTaskEnv(tasks)
-    cfg = AgenticRolloutConfig(max_turns=max_turns, max_turn_tokens=max_turn_tokens, max_episode_tokens=max_turn_tokens * max_turns)
-    runner = AgenticRollout(engine, {"synth_tasks": env}, cfg, SamplingConfig(temperature=0.0, max_tokens=max_turn_tokens))
+    cfg = AgenticRolloutConfig(
+        max_turns=max_turns, max_turn_tokens=max_turn_tokens, max_episode_tokens=max_turn_tokens * max_turns
+    )
+    runner = AgenticRollout(
+        engine, {"synth_tasks": env}, cfg, SamplingConfig(temperature=0.0, max_tokens=max_turn_tokens)
+    )
     episodes = [runner.start("synth_tasks", env.as_task(t)) for t in tasks]
     runner.run_iteration(episodes)
     stats = [call_turn_stats(e, engine.tokenizer) for e in episodes]
@@ -128,6 +152,8 @@ def evaluate_tasks(engine, tasks: list[SynthTask], max_turns: int = 8, max_turn_
         "well_formed_call_rate": well_formed / with_tokens if with_tokens else 0.0,
         "call_rate": sum(s[2] > 0 for s in stats) / max(1, len(tasks)),
         "turns_with_call_tokens": with_tokens,
-        "finish_reasons": {r: sum(e.finish_reason == r for e in episodes) for r in sorted({e.finish_reason for e in episodes})},
+        "finish_reasons": {
+            r: sum(e.finish_reason == r for e in episodes) for r in sorted({e.finish_reason for e in episodes})
+        },
         "solved": [t.id for t, ok in zip(tasks, solved) if ok],
     }

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from environments.toolsets.checks import answer_matches, check_checkpoint, check_state
+from k2post.toolsets.checks import answer_matches, check_checkpoint, check_state
 from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
 from k2post.chat.types import Message
 from k2post.llm.client import LLMClient
@@ -28,7 +28,7 @@ from k2post.synth.tasks import SynthTask
 from k2post.synth.trajectory import Trajectory
 
 
-class Verdict(BaseModel):
+class TrajectoryVerdict(BaseModel):
     """A judge's decision on one trajectory."""
 
     accepted: bool = Field(description="Keep the trajectory.")
@@ -37,19 +37,21 @@ class Verdict(BaseModel):
 
 
 class Judge(Protocol):
-    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict: ...
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> TrajectoryVerdict: ...
 
 
 def _raw_call_tokens(messages: list[Message]) -> bool:
-    return any(m.role == "assistant" and (TOOL_CALLS_BEGIN in m.content or TOOL_CALL_BEGIN in m.content) for m in messages)
+    return any(
+        m.role == "assistant" and (TOOL_CALLS_BEGIN in m.content or TOOL_CALL_BEGIN in m.content) for m in messages
+    )
 
 
 class RubricJudge:
     """Checks the rubric against the final simulator state, the call log and the final answer."""
 
-    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> TrajectoryVerdict:
         if trajectory.error:
-            return Verdict(accepted=False, reasons=["role_error"], judge="rubric")
+            return TrajectoryVerdict(accepted=False, reasons=["role_error"], judge="rubric")
         rubric, reasons = task.rubric, []
         if not trajectory.finished:
             reasons.append("unfinished")
@@ -59,19 +61,23 @@ class RubricJudge:
             reasons.append("final_state")
         used = {call.name for call in trajectory.calls if call.ok}
         reasons += [f"expected_tool:{name}" for name in rubric.expected_tools if name not in used]
-        reasons += [f"checkpoint:{cp.id}" for cp in rubric.checkpoints if not check_checkpoint(cp, trajectory.calls, final_state)]
+        reasons += [
+            f"checkpoint:{cp.id}"
+            for cp in rubric.checkpoints
+            if not check_checkpoint(cp, trajectory.calls, final_state)
+        ]
         if rubric.answer and not answer_matches(rubric.answer, trajectory.final_answer):
             reasons.append("answer")
-        return Verdict(accepted=not reasons, reasons=reasons, judge="rubric")
+        return TrajectoryVerdict(accepted=not reasons, reasons=reasons, judge="rubric")
 
 
 class AnswerJudge:
     """For trajectories that answer without tools on purpose (`direct_answer_rate`): the dialogue ended
     normally, no tool was called, no raw tool-call tokens, and the final answer states the rubric's answer."""
 
-    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> TrajectoryVerdict:
         if trajectory.error:
-            return Verdict(accepted=False, reasons=["role_error"], judge="answer")
+            return TrajectoryVerdict(accepted=False, reasons=["role_error"], judge="answer")
         reasons = [] if trajectory.finished else ["unfinished"]
         if trajectory.calls:
             reasons.append("tool_called")
@@ -79,7 +85,7 @@ class AnswerJudge:
             reasons.append("malformed_tool_call")
         if not task.rubric.answer or not answer_matches(task.rubric.answer, trajectory.final_answer):
             reasons.append("answer")
-        return Verdict(accepted=not reasons, reasons=reasons, judge="answer")
+        return TrajectoryVerdict(accepted=not reasons, reasons=reasons, judge="answer")
 
 
 JUDGE_PROMPT = (
@@ -98,8 +104,8 @@ def transcript(messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-def parse_judge_reply(text: str) -> Verdict | None:
-    """The first JSON object in `text` as a Verdict, or None when there is none / it is malformed."""
+def parse_judge_reply(text: str) -> TrajectoryVerdict | None:
+    """The first JSON object in `text` as a TrajectoryVerdict, or None when there is none / it is malformed."""
     start, end = text.find("{"), text.rfind("}")
     if start == -1 or end <= start:
         return None
@@ -107,10 +113,15 @@ def parse_judge_reply(text: str) -> Verdict | None:
         data = json.loads(text[start : end + 1])
     except json.JSONDecodeError:
         return None
-    accept, reasons = data.get("accept") if isinstance(data, dict) else None, data.get("reasons", []) if isinstance(data, dict) else []
+    accept, reasons = (
+        data.get("accept") if isinstance(data, dict) else None,
+        data.get("reasons", []) if isinstance(data, dict) else [],
+    )
     if not isinstance(accept, bool) or not isinstance(reasons, list):
         return None
-    return Verdict(accepted=accept, reasons=[] if accept else [f"llm:{r}" for r in reasons] or ["llm:rejected"], judge="llm")
+    return TrajectoryVerdict(
+        accepted=accept, reasons=[] if accept else [f"llm:{r}" for r in reasons] or ["llm:rejected"], judge="llm"
+    )
 
 
 class LLMJudge:
@@ -119,12 +130,14 @@ class LLMJudge:
     def __init__(self, client: LLMClient, **sampling: Any):
         self.client, self.sampling = client, sampling
 
-    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> TrajectoryVerdict:
         if trajectory.error:
-            return Verdict(accepted=False, reasons=["role_error"], judge="llm")
-        prompt = JUDGE_PROMPT.format(rubric="\n".join(task.rubric.describe()), transcript=transcript(trajectory.messages))
+            return TrajectoryVerdict(accepted=False, reasons=["role_error"], judge="llm")
+        prompt = JUDGE_PROMPT.format(
+            rubric="\n".join(task.rubric.describe()), transcript=transcript(trajectory.messages)
+        )
         reply = self.client.chat([Message(role="user", content=prompt)], **self.sampling)
-        return parse_judge_reply(reply) or Verdict(accepted=False, reasons=["judge_unparseable"], judge="llm")
+        return parse_judge_reply(reply) or TrajectoryVerdict(accepted=False, reasons=["judge_unparseable"], judge="llm")
 
 
 class AllJudges:
@@ -133,7 +146,9 @@ class AllJudges:
     def __init__(self, judges: list[Judge]):
         self.judges = judges
 
-    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> Verdict:
+    def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> TrajectoryVerdict:
         verdicts = [j.judge(task, trajectory, final_state) for j in self.judges]
         reasons = [r for v in verdicts for r in v.reasons]
-        return Verdict(accepted=all(v.accepted for v in verdicts), reasons=reasons, judge="+".join(v.judge for v in verdicts))
+        return TrajectoryVerdict(
+            accepted=all(v.accepted for v in verdicts), reasons=reasons, judge="+".join(v.judge for v in verdicts)
+        )

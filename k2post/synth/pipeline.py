@@ -28,17 +28,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from k2post.command import UserError
 from k2post.synth.config import SynthConfig
 from k2post.synth.domains import Domain, build_domains
 from k2post.synth.gym_tasks import gym_row, gym_tasks
-from k2post.synth.judge import AllJudges, AnswerJudge, Judge, LLMJudge, RubricJudge, Verdict
+from k2post.synth.judge import AllJudges, AnswerJudge, Judge, LLMJudge, RubricJudge, TrajectoryVerdict
 from k2post.synth.roles import LLMAgent, LLMToolSimulator, LLMUser, ReferenceAgent, RuleToolSimulator, RuleUser
 from k2post.synth.specs import SHIPPED_SPECS, ToolSpecError, domain_spec_json, load_tool_specs
 from k2post.synth.tasks import SynthTask, agent_for, make_tasks
 from k2post.synth.trajectory import Trajectory, openai_messages, run_trajectory
 
 
-class SynthError(RuntimeError):
+class SynthError(UserError, RuntimeError):
     """The run cannot start (bad specs, a domain without a simulator, ...)."""
 
 
@@ -59,7 +60,9 @@ def check_specs(cfg: SynthConfig, domains: dict[str, Domain], console: Console) 
         ours = {(t.name, json.dumps(t.parameters, sort_keys=True)) for t in domain.tools()}
         if theirs != ours:
             diff = sorted({n for n, _ in theirs ^ ours})
-            raise SynthError(f"{spec.source}: tools {diff} differ from the {name!r} simulator's (names and inputSchema must match)")
+            raise SynthError(
+                f"{spec.source}: tools {diff} differ from the {name!r} simulator's (names and inputSchema must match)"
+            )
         tools[name] = spec.tools
     extra = sorted(set(loaded) - set(domains))
     if extra:
@@ -75,14 +78,21 @@ def write_specs(out: Path, domains: dict[str, Domain], tools: dict[str, list]) -
 
 
 def all_tasks(cfg: SynthConfig, domains: dict[str, Domain], split: str, n: int) -> list[SynthTask]:
-    return [t for d in focused(domains, cfg.templates).values() for t in make_tasks(d, split, n, cfg.seed, cfg.personas, cfg.test_fraction)]
+    return [
+        t
+        for d in focused(domains, cfg.templates).values()
+        for t in make_tasks(d, split, n, cfg.seed, cfg.personas, cfg.test_fraction)
+    ]
 
 
 def focused(domains: dict[str, Domain], templates: list[str]) -> dict[str, Domain]:
     """The domains with only the listed templates (all of them when the list is empty)."""
     if not templates:
         return domains
-    return {name: dataclasses.replace(d, templates={t: f for t, f in d.templates.items() if t in templates}) for name, d in domains.items()}
+    return {
+        name: dataclasses.replace(d, templates={t: f for t, f in d.templates.items() if t in templates})
+        for name, d in domains.items()
+    }
 
 
 # ----------------------------------------------------------------------------- one trajectory
@@ -106,24 +116,40 @@ def make_judge(cfg: SynthConfig, client) -> Judge:
     return judges[0] if len(judges) == 1 else AllJudges(judges)
 
 
-def synthesize(cfg: SynthConfig, domain: Domain, tools: list, task: SynthTask, attempt: int, client) -> tuple[Trajectory, dict[str, Any], dict[str, Any]]:
+def synthesize(
+    cfg: SynthConfig, domain: Domain, tools: list, task: SynthTask, attempt: int, client
+) -> tuple[Trajectory, dict[str, Any], dict[str, Any]]:
     """One trajectory for a task: (trajectory, final simulator state dump, metadata)."""
     rng = random.Random(f"{cfg.seed}:{task.id}:{attempt}")
     sampling = cfg.llm_sampling.model_dump()
     state = domain.new_state(task.scenario)
     direct = cfg.agent == "reference" and answers_directly(cfg, task)
-    agent = LLMAgent(client, **sampling) if cfg.agent == "llm" else ReferenceAgent(task, rng, cfg.mistake_rate, direct=direct)
+    agent = (
+        LLMAgent(client, **sampling)
+        if cfg.agent == "llm"
+        else ReferenceAgent(task, rng, cfg.mistake_rate, direct=direct)
+    )
     user = LLMUser(client, task, **sampling) if cfg.user_simulator == "llm" else RuleUser(task)
     if cfg.tool_simulator == "llm":
-        tool_sim = LLMToolSimulator(client, tools, f"{domain.description}; initial state {json.dumps(task.scenario.initial_state)}", **sampling)
+        tool_sim = LLMToolSimulator(
+            client, tools, f"{domain.description}; initial state {json.dumps(task.scenario.initial_state)}", **sampling
+        )
     else:
         tool_sim = RuleToolSimulator(domain.toolset, state, cfg.tool_failure_rate)
     system = agent_for(domain).system_prompt
     trajectory = run_trajectory(system, tools, agent, user, tool_sim, cfg.max_turns)
     metadata = {
-        "task_id": task.id, "domain": task.domain, "template": task.scenario.template, "persona": task.persona,
-        "attempt": attempt, "agent": cfg.agent, "mistake": getattr(agent, "mistake", None), "direct": direct, "turns": trajectory.turns,
-        "tool_calls": len(trajectory.calls), "tool_errors": sum(not c.ok for c in trajectory.calls),
+        "task_id": task.id,
+        "domain": task.domain,
+        "template": task.scenario.template,
+        "persona": task.persona,
+        "attempt": attempt,
+        "agent": cfg.agent,
+        "mistake": getattr(agent, "mistake", None),
+        "direct": direct,
+        "turns": trajectory.turns,
+        "tool_calls": len(trajectory.calls),
+        "tool_errors": sum(not c.ok for c in trajectory.calls),
     }
     return trajectory, state.model_dump(mode="json"), metadata
 
@@ -131,16 +157,25 @@ def synthesize(cfg: SynthConfig, domain: Domain, tools: list, task: SynthTask, a
 def answers_directly(cfg: SynthConfig, task: SynthTask) -> bool:
     """Whether the reference agent answers `task` without tools: a seeded `direct_answer_rate` share of the tasks of
     `direct_answer_templates` (all when null), the same for every attempt."""
-    if cfg.direct_answer_rate == 0 or (cfg.direct_answer_templates is not None and task.scenario.template not in cfg.direct_answer_templates):
+    if cfg.direct_answer_rate == 0 or (
+        cfg.direct_answer_templates is not None and task.scenario.template not in cfg.direct_answer_templates
+    ):
         return False
     return random.Random(f"{cfg.seed}:{task.id}:direct").random() < cfg.direct_answer_rate
 
 
-def make_row(task: SynthTask, tools: list, trajectory: Trajectory, metadata: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+def make_row(
+    task: SynthTask, tools: list, trajectory: Trajectory, metadata: dict[str, Any], verdict: TrajectoryVerdict
+) -> dict[str, Any]:
     return {
-        "id": task.id, "domain": task.domain, "attempt": metadata["attempt"], "accepted": verdict.accepted,
-        "messages": openai_messages(trajectory.messages), "tools": [t.to_openai() for t in tools],
-        "metadata": metadata, "verdict": {**verdict.model_dump(), "error": trajectory.error},
+        "id": task.id,
+        "domain": task.domain,
+        "attempt": metadata["attempt"],
+        "accepted": verdict.accepted,
+        "messages": openai_messages(trajectory.messages),
+        "tools": [t.to_openai() for t in tools],
+        "metadata": metadata,
+        "verdict": {**verdict.model_dump(), "error": trajectory.error},
     }
 
 
@@ -190,10 +225,19 @@ def decided_tasks(rows: list[dict[str, Any]], attempts: int) -> set[str]:
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TextColumn("accepted {task.fields[accepted]}"), TimeElapsedColumn(), console=console)
+    return Progress(
+        TextColumn("[bold]synth"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("accepted {task.fields[accepted]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
 
 
-def synthesize_all(cfg: SynthConfig, domains, tools, tasks: list[SynthTask], writer: ShardWriter, console: Console) -> None:
+def synthesize_all(
+    cfg: SynthConfig, domains, tools, tasks: list[SynthTask], writer: ShardWriter, console: Console
+) -> None:
     client = _client(cfg)
     judge, answer_judge = make_judge(cfg, client), AnswerJudge()
     with _progress(console) as progress:
@@ -201,7 +245,9 @@ def synthesize_all(cfg: SynthConfig, domains, tools, tasks: list[SynthTask], wri
         accepted = 0
         for task in tasks:
             for attempt in range(cfg.attempts_per_task):
-                trajectory, state, metadata = synthesize(cfg, domains[task.domain], tools[task.domain], task, attempt, client)
+                trajectory, state, metadata = synthesize(
+                    cfg, domains[task.domain], tools[task.domain], task, attempt, client
+                )
                 verdict = (answer_judge if metadata["direct"] else judge).judge(task, trajectory, state)
                 writer.write(make_row(task, tools[task.domain], trajectory, metadata, verdict))
                 if verdict.accepted:
@@ -210,7 +256,9 @@ def synthesize_all(cfg: SynthConfig, domains, tools, tasks: list[SynthTask], wri
             progress.update(bar, advance=1, accepted=accepted)
 
 
-def synthesize_gyms(cfg: SynthConfig, jobs: list[tuple[Any, Any, list]], done: set[str], writer: ShardWriter, console: Console) -> None:
+def synthesize_gyms(
+    cfg: SynthConfig, jobs: list[tuple[Any, Any, list]], done: set[str], writer: ShardWriter, console: Console
+) -> None:
     """Reference answers for the gym tasks without a row yet (one attempt each), judged by the gym's verifier."""
     todo = [(g, env, task) for g, env, tasks in jobs for task in tasks if gym_row_id(g.key, task.id) not in done]
     if not todo:
@@ -325,17 +373,27 @@ def synth_stats(rows: list[dict[str, Any]], n_tasks: int) -> dict[str, Any]:
     caught = Counter(r["metadata"]["mistake"] for r in rows if r["metadata"].get("mistake") and not r["accepted"])
     injected = Counter(r["metadata"]["mistake"] for r in rows if r["metadata"].get("mistake"))
     return {
-        "tasks": n_tasks, "tasks_accepted": len(accepted_tasks), "trajectories": len(rows),
-        "accepted": sum(r["accepted"] for r in rows), "rejected": sum(not r["accepted"] for r in rows),
-        "rejected_by_reason": dict(reasons.most_common()), "rejected_by_detail": dict(detailed.most_common()),
-        "per_domain": {d: {"accepted": c["accepted"], "rejected": c["rejected"]} for d, c in sorted(per_domain.items())},
-        "mistakes_injected": dict(injected), "mistakes_rejected": dict(caught),
+        "tasks": n_tasks,
+        "tasks_accepted": len(accepted_tasks),
+        "trajectories": len(rows),
+        "accepted": sum(r["accepted"] for r in rows),
+        "rejected": sum(not r["accepted"] for r in rows),
+        "rejected_by_reason": dict(reasons.most_common()),
+        "rejected_by_detail": dict(detailed.most_common()),
+        "per_domain": {
+            d: {"accepted": c["accepted"], "rejected": c["rejected"]} for d, c in sorted(per_domain.items())
+        },
+        "mistakes_injected": dict(injected),
+        "mistakes_rejected": dict(caught),
         "direct_accepted": sum(bool(r["accepted"] and r["metadata"].get("direct")) for r in rows),
     }
 
 
 def stats_table(stats: dict[str, Any]) -> Table:
-    table = Table(title=f"synthesis: {stats['tasks_accepted']}/{stats['tasks']} tasks kept, {stats['accepted']} accepted / {stats['rejected']} rejected trajectories")
+    table = Table(
+        title=f"synthesis: {stats['tasks_accepted']}/{stats['tasks']} tasks kept, "
+        f"{stats['accepted']} accepted / {stats['rejected']} rejected trajectories"
+    )
     table.add_column("domain")
     table.add_column("accepted", justify="right")
     table.add_column("rejected", justify="right")

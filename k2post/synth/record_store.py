@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
-from environments.toolsets.checks import Checkpoint, Scenario, called, expect, ref_call
+from k2post.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
+from k2post.toolsets.checks import Checkpoint, Scenario, called, expect, ref_call
 from k2post.chat.types import ToolSpec
 
 FieldKind = Literal["string", "integer"]
@@ -48,20 +48,46 @@ BLUEPRINTS: dict[str, DomainBlueprint] = {
     bp.domain: bp
     for bp in (
         DomainBlueprint(
-            domain="inventory", description="a warehouse inventory", entity="item", plural="items",
-            number="quantity", text="location", number_range=(0, 60),
+            domain="inventory",
+            description="a warehouse inventory",
+            entity="item",
+            plural="items",
+            number="quantity",
+            text="location",
+            number_range=(0, 60),
             keys=["bolts", "nuts", "washers", "hinges", "cables", "fuses", "tape", "gloves", "ladders", "drills"],
             texts=["aisle 1", "aisle 2", "aisle 3", "back room", "loading dock"],
         ),
         DomainBlueprint(
-            domain="tickets", description="a support-ticket queue", entity="ticket", plural="tickets", key="title",
-            number="priority", text="assignee", number_range=(1, 5),
-            keys=["login fails", "slow search", "broken link", "missing invoice", "app crash", "wrong total", "email bounce", "sync error"],
+            domain="tickets",
+            description="a support-ticket queue",
+            entity="ticket",
+            plural="tickets",
+            key="title",
+            number="priority",
+            text="assignee",
+            number_range=(1, 5),
+            keys=[
+                "login fails",
+                "slow search",
+                "broken link",
+                "missing invoice",
+                "app crash",
+                "wrong total",
+                "email bounce",
+                "sync error",
+            ],
             texts=["ana", "ben", "chen", "dara", "eli"],
         ),
         DomainBlueprint(
-            domain="recipes", description="a recipe box", entity="recipe", plural="recipes", key="title",
-            number="servings", text="cuisine", number_range=(1, 12),
+            domain="recipes",
+            description="a recipe box",
+            entity="recipe",
+            plural="recipes",
+            key="title",
+            number="servings",
+            text="cuisine",
+            number_range=(1, 12),
             keys=["pancakes", "lentil soup", "fried rice", "tacos", "risotto", "curry", "pesto pasta", "omelette"],
             texts=["french", "indian", "mexican", "italian", "chinese"],
         ),
@@ -79,8 +105,11 @@ class RecordStoreState(ToolsetState):
 def tool_names(bp: DomainBlueprint) -> dict[str, str]:
     """Operation -> tool name for a blueprint."""
     return {
-        "list": f"list_{bp.plural}", "get": f"get_{bp.entity}", "add": f"add_{bp.entity}",
-        "set": f"set_{bp.entity}_{bp.number}", "remove": f"remove_{bp.entity}",
+        "list": f"list_{bp.plural}",
+        "get": f"get_{bp.entity}",
+        "add": f"add_{bp.entity}",
+        "set": f"set_{bp.entity}_{bp.number}",
+        "remove": f"remove_{bp.entity}",
     }
 
 
@@ -93,7 +122,9 @@ def blueprint_specs(bp: DomainBlueprint) -> tuple[ToolSpec, ...]:
         tool_spec(names["list"], f"List every {bp.entity} with its fields (JSON).", {}, []),
         tool_spec(names["get"], f"One {bp.entity}'s fields (JSON).", key, [bp.key]),
         tool_spec(names["add"], f"Add a new {bp.entity}.", {**key, **number, **text}, [bp.key, bp.number, bp.text]),
-        tool_spec(names["set"], f"Set the {bp.number} of an existing {bp.entity}.", {**key, **number}, [bp.key, bp.number]),
+        tool_spec(
+            names["set"], f"Set the {bp.number} of an existing {bp.entity}.", {**key, **number}, [bp.key, bp.number]
+        ),
         tool_spec(names["remove"], f"Delete an {bp.entity}.", key, [bp.key]),
     )
 
@@ -170,7 +201,8 @@ def _add_and_count(bp: DomainBlueprint, rng: random.Random) -> Scenario:
     names = tool_names(bp)
     add = {bp.key: new_key, **fields}
     return Scenario(
-        toolset=bp.domain, template=f"{bp.domain}_add_count",
+        toolset=bp.domain,
+        template=f"{bp.domain}_add_count",
         prompt=f"Add a {bp.entity} called {new_key!r} with {bp.number} {fields[bp.number]} and {bp.text} "
         f"{fields[bp.text]!r}, then tell me how many {bp.plural} there are in total.",
         initial_state=_state(bp, records, rng),
@@ -188,7 +220,8 @@ def _set_number(bp: DomainBlueprint, rng: random.Random) -> Scenario:
     value = rng.choice([v for v in range(bp.number_range[0], bp.number_range[1] + 1) if v != records[key][bp.number]])
     names, expected = tool_names(bp), {**records[key], bp.number: value}
     return Scenario(
-        toolset=bp.domain, template=f"{bp.domain}_set_{bp.number}",
+        toolset=bp.domain,
+        template=f"{bp.domain}_set_{bp.number}",
         prompt=f"Change the {bp.number} of {key!r} to {value} and confirm the new value.",
         initial_state=_state(bp, records, rng),
         success=[expect(["records", key], "equals", expected, f"{bp.number} updated, nothing else")],
@@ -207,14 +240,20 @@ def _remove_below(bp: DomainBlueprint, rng: random.Random) -> Scenario:
     names = tool_names(bp)
     kept = {k: v for k, v in records.items() if k not in doomed}
     return Scenario(
-        toolset=bp.domain, template=f"{bp.domain}_remove_below",
+        toolset=bp.domain,
+        template=f"{bp.domain}_remove_below",
         prompt=f"Remove every {bp.entity} whose {bp.number} is below {threshold} and tell me which ones you removed.",
         initial_state=_state(bp, records, rng),
         success=[expect(["records"], "equals", kept, f"exactly the {bp.plural} below {threshold} are gone")],
-        checkpoints=[Checkpoint(id="listed", calls=[called(names["list"])], before=called(names["remove"]))] if doomed else [],
+        checkpoints=[Checkpoint(id="listed", calls=[called(names["list"])], before=called(names["remove"]))]
+        if doomed
+        else [],
         answer=[[k] for k in doomed] or [["none"]],
-        reference_turns=[[ref_call(names["list"])]] + ([[ref_call(names["remove"], **{bp.key: k}) for k in doomed]] if doomed else []),
-        reference_answer=(f"I removed {', '.join(doomed)}." if doomed else f"None: no {bp.entity} is below {threshold}."),
+        reference_turns=[[ref_call(names["list"])]]
+        + ([[ref_call(names["remove"], **{bp.key: k}) for k in doomed]] if doomed else []),
+        reference_answer=(
+            f"I removed {', '.join(doomed)}." if doomed else f"None: no {bp.entity} is below {threshold}."
+        ),
     )
 
 
@@ -223,7 +262,8 @@ def _look_up(bp: DomainBlueprint, rng: random.Random) -> Scenario:
     key = rng.choice(sorted(records))
     names = tool_names(bp)
     return Scenario(
-        toolset=bp.domain, template=f"{bp.domain}_look_up",
+        toolset=bp.domain,
+        template=f"{bp.domain}_look_up",
         prompt=f"What is the {bp.text} of {key!r}?",
         initial_state=_state(bp, records, rng),
         success=[expect(["records"], "equals", records, "nothing changed")],
@@ -240,5 +280,5 @@ def record_templates(bp: DomainBlueprint) -> dict[str, Callable[[random.Random],
     templates = {}
     for maker in makers:
         name = maker(bp, random.Random(0)).template
-        templates[name] = (lambda m: (lambda rng: m(bp, rng)))(maker)
+        templates[name] = (lambda m: lambda rng: m(bp, rng))(maker)
     return templates

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
-from environments.toolsets.base import Toolset, ToolsetState
+from k2post.toolsets.base import Toolset, ToolsetState
 from k2post.chat.types import Message, ToolCall, ToolSpec, dump_json, format_call_id
 from k2post.llm.client import LLMClient, ToolLLMClient
 from k2post.synth.tasks import PERSONAS, SynthTask
@@ -61,13 +61,17 @@ def _perturb(arguments: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 class ReferenceAgent:
     """Plays the reference solution turn by turn; maybe with one seeded mistake."""
 
-    def __init__(self, task: SynthTask, rng: random.Random, mistake_rate: float, mistake: str | None = None, direct: bool = False):
+    def __init__(
+        self, task: SynthTask, rng: random.Random, mistake_rate: float, mistake: str | None = None, direct: bool = False
+    ):
         """`mistake` forces one kind (tests); otherwise one is drawn with probability `mistake_rate`.
         `direct`: answer at once with the reference answer, calling no tool."""
         if mistake is not None and mistake not in MISTAKES:
             raise ValueError(f"unknown mistake {mistake!r}; known: {MISTAKES}")
         self.direct = direct
-        self.turns = [] if direct else [[(c.name, dict(c.arguments)) for c in turn] for turn in task.scenario.reference_turns]
+        self.turns = (
+            [] if direct else [[(c.name, dict(c.arguments)) for c in turn] for turn in task.scenario.reference_turns]
+        )
         self.answer = task.scenario.reference_answer
         drawn = rng.choice(MISTAKES) if rng.random() < mistake_rate else None
         self.mistake = mistake or drawn
@@ -96,7 +100,10 @@ class ReferenceAgent:
         if self.position >= len(self.turns):
             return Message(role="assistant", content=self.answer)
         first = _calls_so_far(messages)
-        calls = [ToolCall(id=format_call_id(n, first + i), name=n, arguments=a) for i, (n, a) in enumerate(self.turns[self.position])]
+        calls = [
+            ToolCall(id=format_call_id(n, first + i), name=n, arguments=a)
+            for i, (n, a) in enumerate(self.turns[self.position])
+        ]
         self.position += 1
         return Message(role="assistant", tool_calls=calls)
 
@@ -112,7 +119,10 @@ class LLMAgent:
         result = self.client.chat_result(messages, tools=tools, **self.sampling)
         self.parse_errors += result.parse_errors
         first = _calls_so_far(messages)
-        calls = [c.model_copy(update={"id": format_call_id(c.name, first + i)}) for i, c in enumerate(result.message.tool_calls)]
+        calls = [
+            c.model_copy(update={"id": format_call_id(c.name, first + i)})
+            for i, c in enumerate(result.message.tool_calls)
+        ]
         return result.message.model_copy(update={"tool_calls": calls, "reasoning": None})
 
 
@@ -145,7 +155,10 @@ class LLMUser:
         self.client, self.sampling, self.replies_left = client, sampling, max_replies
 
     def opening(self) -> str:
-        return self.client.chat([Message(role="system", content=self.system), Message(role="user", content="Write your first message.")], **self.sampling).strip()
+        return self.client.chat(
+            [Message(role="system", content=self.system), Message(role="user", content="Write your first message.")],
+            **self.sampling,
+        ).strip()
 
     def reply(self, messages: list[Message]) -> str | None:
         if self.replies_left <= 0:
@@ -153,7 +166,9 @@ class LLMUser:
         self.replies_left -= 1
         shown = "\n".join(f"{m.role}: {m.content}" for m in messages if m.role in ("user", "assistant") and m.content)
         prompt = f"The conversation so far:\n{shown}\nIf your goal is met, answer exactly DONE; else write your reply."
-        text = self.client.chat([Message(role="system", content=self.system), Message(role="user", content=prompt)], **self.sampling).strip()
+        text = self.client.chat(
+            [Message(role="system", content=self.system), Message(role="user", content=prompt)], **self.sampling
+        ).strip()
         return None if not text or text.upper().startswith("DONE") else text
 
 
@@ -186,6 +201,8 @@ class LLMToolSimulator:
             f"Earlier calls and results (stay consistent with them):\n{earlier}\n"
             f"Call: {name}({dump_json(arguments)})\nReply with the tool's result only."
         )
-        result = self.client.chat([Message(role="user", content=prompt)], **self.sampling).strip() or "Error: empty result"
+        result = (
+            self.client.chat([Message(role="user", content=prompt)], **self.sampling).strip() or "Error: empty result"
+        )
         self.history.append((name, arguments, result))
         return result

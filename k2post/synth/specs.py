@@ -151,12 +151,15 @@ def load_tool_specs(directory: str | Path) -> list[DomainSpec]:
 def domain_spec_json(domain: str, description: str, tools: list[ToolSpec]) -> str:
     """The MCP-style file content for a domain's tools."""
     entries = [{"name": t.name, "description": t.description, "inputSchema": t.parameters} for t in tools]
-    return json.dumps({"domain": domain, "description": description, "tools": entries}, indent=2, ensure_ascii=False) + "\n"
+    return (
+        json.dumps({"domain": domain, "description": description, "tools": entries}, indent=2, ensure_ascii=False)
+        + "\n"
+    )
 
 
 def write_toolset_specs(out_dir: str | Path) -> list[Path]:
     """Write one spec file per built-in toolset (how the shipped files were made)."""
-    from environments.toolsets import TOOLSETS
+    from k2post.toolsets import TOOLSETS
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

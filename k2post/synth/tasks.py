@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.tool_use import SYSTEM_PROMPT  # the gym's own prompt: SFT data matches what RL sees
-from environments.toolsets.checks import Checkpoint, Scenario, StateCheck, scenario_split
+from k2post.toolsets.base import SYSTEM_PROMPT  # the gym's own prompt: SFT data matches what RL sees
+from k2post.toolsets.checks import Checkpoint, Scenario, StateCheck, scenario_split
 from k2post.chat.types import ToolSpec
 from k2post.synth.domains import Domain
+
 
 class Persona(BaseModel):
     """How a simulated user phrases a request and reacts."""
@@ -34,9 +35,17 @@ PERSONAS: dict[str, Persona] = {
     p.name: p
     for p in (
         Persona(name="direct", opening="{request}", nudge="Yes, go ahead."),
-        Persona(name="polite", opening="Hi! Could you help me with something? {request} Thank you!", nudge="Yes please, go ahead."),
+        Persona(
+            name="polite",
+            opening="Hi! Could you help me with something? {request} Thank you!",
+            nudge="Yes please, go ahead.",
+        ),
         Persona(name="busy", opening="quick one: {request}", nudge="yes. just do it."),
-        Persona(name="careful", opening="{request} Please double-check the result before you answer.", nudge="Yes, that's right, please continue."),
+        Persona(
+            name="careful",
+            opening="{request} Please double-check the result before you answer.",
+            nudge="Yes, that's right, please continue.",
+        ),
     )
 }
 
@@ -64,7 +73,9 @@ class Rubric(BaseModel):
     success_criteria: list[StateCheck] = Field(description="All must hold on the final simulator state.")
     expected_tools: list[str] = Field(description="Tools the solution needs; each must be called successfully.")
     checkpoints: list[Checkpoint] = Field(default_factory=list, description="Intermediate goals (calls, order).")
-    answer: list[list[str]] = Field(default_factory=list, description="Groups of alternatives the final answer must mention.")
+    answer: list[list[str]] = Field(
+        default_factory=list, description="Groups of alternatives the final answer must mention."
+    )
 
     def describe(self) -> list[str]:
         """The rubric as readable lines (for an LLM judge)."""
@@ -91,10 +102,17 @@ class SynthTask(BaseModel):
 def rubric_of(scenario: Scenario) -> Rubric:
     """A scenario's rubric: its success checks, checkpoints, answer, and the reference's tools."""
     tools = list(dict.fromkeys(call.name for turn in scenario.reference_turns for call in turn))
-    return Rubric(success_criteria=scenario.success, expected_tools=tools, checkpoints=scenario.checkpoints, answer=scenario.answer)
+    return Rubric(
+        success_criteria=scenario.success,
+        expected_tools=tools,
+        checkpoints=scenario.checkpoints,
+        answer=scenario.answer,
+    )
 
 
-def make_task(domain: Domain, split: str, seed: int, index: int, personas: list[str], test_fraction: float) -> SynthTask:
+def make_task(
+    domain: Domain, split: str, seed: int, index: int, personas: list[str], test_fraction: float
+) -> SynthTask:
     """Task `index` of `split` for `seed`: the first generated scenario that falls in that split."""
     names = sorted(domain.templates)
     for attempt in range(10_000):
@@ -104,10 +122,19 @@ def make_task(domain: Domain, split: str, seed: int, index: int, personas: list[
         if scenario_split(scenario, test_fraction) == split:
             persona = personas[rng.randrange(len(personas))]
             task_id = f"{domain.name}-{split}-{seed}-{index}-{template}"
-            return SynthTask(id=task_id, domain=domain.name, split=split, persona=persona, scenario=scenario, rubric=rubric_of(scenario))
+            return SynthTask(
+                id=task_id,
+                domain=domain.name,
+                split=split,
+                persona=persona,
+                scenario=scenario,
+                rubric=rubric_of(scenario),
+            )
     raise RuntimeError(f"no {split} task found for domain {domain.name} seed {seed} index {index}")
 
 
-def make_tasks(domain: Domain, split: str, n: int, seed: int, personas: list[str], test_fraction: float = 0.1) -> list[SynthTask]:
+def make_tasks(
+    domain: Domain, split: str, n: int, seed: int, personas: list[str], test_fraction: float = 0.1
+) -> list[SynthTask]:
     """`n` deterministic tasks of a split."""
     return [make_task(domain, split, seed, index, personas, test_fraction) for index in range(n)]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from environments.toolsets.base import is_error
-from environments.toolsets.checks import ToolCallRecord
+from k2post.toolsets.base import is_error
+from k2post.toolsets.checks import ToolCallRecord
 from k2post.chat.types import Message, ToolSpec
 from k2post.synth.roles import AgentRole, ToolRole, UserRole
 
@@ -42,7 +42,16 @@ class Trajectory:
 def _run_calls(tool_sim: ToolRole, message: Message, turn: int, traj: Trajectory) -> None:
     for call in message.tool_calls:
         result = tool_sim.call(call.name, dict(call.arguments))
-        traj.calls.append(ToolCallRecord(turn=turn, id=call.id, name=call.name, arguments=dict(call.arguments), result=result, ok=not is_error(result)))
+        traj.calls.append(
+            ToolCallRecord(
+                turn=turn,
+                id=call.id,
+                name=call.name,
+                arguments=dict(call.arguments),
+                result=result,
+                ok=not is_error(result),
+            )
+        )
         traj.messages.append(Message(role="tool", tool_call_id=call.id, content=result))
 
 

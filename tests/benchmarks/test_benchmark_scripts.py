@@ -1,4 +1,5 @@
-"""Each benchmark script runs (in its quick form) and ends with one JSON line of its figures."""
+"""Each benchmark script runs (in its smoke form where it has one, else its quick form) and ends with one JSON line of
+its figures: a check that every step of the script runs, not a measurement."""
 
 from __future__ import annotations
 
@@ -13,16 +14,29 @@ from proc_helpers import run_bounded
 ROOT = Path(__file__).resolve().parents[2]
 
 CASES = {
-    "critic_calibration.py": (["--quick"], {"agreement_before", "agreement_after", "math_before", "math_after", "pairs"}),
-    "muon_step.py": (["--quick"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
+    "critic_calibration.py": (
+        ["--smoke"],
+        {"agreement_before", "agreement_after", "math_before", "math_after", "pairs"},
+    ),
+    "muon_step.py": (["--smoke"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
-    "rollout.py": (["--quick"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
-    "rl_vs_trl.py": (["--quick", "--sft-model", "none"],
-                     {"k2post_final_acc", "trl_final_acc", "k2post_s_to_trl_acc", "trl_s", "time_ratio"}),
+    "rollout.py": (["--smoke"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
+    "rl_vs_trl.py": (
+        ["--smoke", "--sft-model", "none"],
+        {"k2post_final_acc", "trl_final_acc", "k2post_s_to_trl_acc", "trl_s", "time_ratio"},
+    ),
     "weight_sync.py": (
         ["--quick", "--small-tensors", "0"],
-        {"bytes", "engine_gbps", "memcpy_gbps", "disk_gbps", "per_tensor_bcast_gbps", "ratio_vs_memcpy", "speedup_vs_disk"},
+        {
+            "bytes",
+            "engine_gbps",
+            "memcpy_gbps",
+            "disk_gbps",
+            "per_tensor_bcast_gbps",
+            "ratio_vs_memcpy",
+            "speedup_vs_disk",
+        },
     ),
 }
 

@@ -23,8 +23,10 @@ def _bench():
     return module
 
 
-@pytest.mark.parametrize("argv", [["--quick"], ["--pair-kind", "malformed", "--judge-rows", "12", "--critic-weight", "3",
-                                                   "--drop-uniform-groups"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--quick"], ["--pair-kind", "malformed", "--judge-rows", "12", "--critic-weight", "3", "--drop-uniform-groups"]],
+)
 def test_synth_and_rl_configs_validate(argv, tmp_path, monkeypatch):
     bench = _bench()
     monkeypatch.setattr(sys, "argv", ["critic_calibration.py", "--out", str(tmp_path), *argv])
@@ -35,18 +37,32 @@ def test_synth_and_rl_configs_validate(argv, tmp_path, monkeypatch):
     if args.pair_kind == "malformed":
         judge = next(g for g in synth.gym_tasks if g.env == "critic_calibration")
         assert judge.tasks == 12 and judge.config["pair_kind"] == "malformed" and synth.gym_tasks[0].judge_share == 0
-        assert calibration.config["prompt_style"] == "compact" and rl.critic.harvest_pairs_per_group == 0 and calibration.weight == 3
+        assert (
+            calibration.config["prompt_style"] == "compact"
+            and rl.critic.harvest_pairs_per_group == 0
+            and calibration.weight == 3
+        )
         assert rl.loss.drop_uniform_groups
     else:
-        assert [g.env for g in synth.gym_tasks] == ["math", "math", "reasoning_gym"] and synth.gym_tasks[0].judge_share == 0.3
-        assert synth.gym_tasks[0].tasks == 300 and synth.gym_tasks[2].tasks == 40 and rl.critic.harvest_pairs_per_group == 2
+        assert [g.env for g in synth.gym_tasks] == ["math", "math", "reasoning_gym"] and synth.gym_tasks[
+            0
+        ].judge_share == 0.3
+        assert (
+            synth.gym_tasks[0].tasks == 300
+            and synth.gym_tasks[2].tasks == 40
+            and rl.critic.harvest_pairs_per_group == 2
+        )
         assert not rl.loss.drop_uniform_groups
 
 
 def test_from_demo_reads_each_seeds_critic_and_position_prior(tmp_path, capsys):
     """--from-demo: agreement before/after from the seeds' reports; the prior from each run's test pairs."""
     bench = _bench()
-    entry = next(e for e in yaml.safe_load((ROOT / "configs" / "rl_demo.yaml").read_text())["envs"] if e["name"] == "critic_calibration")
+    entry = next(
+        e
+        for e in yaml.safe_load((ROOT / "configs" / "rl_demo.yaml").read_text())["envs"]
+        if e["name"] == "critic_calibration"
+    )
     for seed, (before, after) in enumerate([(0.5, 0.9), (0.6, 0.8)]):
         run = tmp_path / f"seed{seed}"
         run.mkdir()

@@ -17,7 +17,9 @@ def _pair(before: float, after: float, n: int = 200) -> dict:
     return {"before": {"accuracy": before, "n": n}, "after": {"accuracy": after, "n": n}}
 
 
-def _report(math: tuple, tool: tuple, critic: tuple | None = None, shifted: dict | None = None, wall_s: float = 600.0) -> dict:
+def _report(
+    math: tuple, tool: tuple, critic: tuple | None = None, shifted: dict | None = None, wall_s: float = 600.0
+) -> dict:
     envs = {"math": _pair(*math), "tool_use": _pair(*tool, n=210)}
     if critic:
         envs["critic_calibration"] = _pair(*critic)
@@ -25,9 +27,11 @@ def _report(math: tuple, tool: tuple, critic: tuple | None = None, shifted: dict
 
 
 def test_summary_of_three_seeds():
-    reports = [_report((0.5, 0.7), (0.2, 0.5), (0.5, 0.7), {"math": _pair(0.1, 0.2)}),
-               _report((0.5, 0.6), (0.3, 0.4), (0.5, 0.6), {"math": _pair(0.1, 0.1)}),
-               _report((0.4, 0.7), (0.1, 0.3), (0.5, 0.8), {"math": _pair(0.2, 0.3)}, wall_s=1200.0)]
+    reports = [
+        _report((0.5, 0.7), (0.2, 0.5), (0.5, 0.7), {"math": _pair(0.1, 0.2)}),
+        _report((0.5, 0.6), (0.3, 0.4), (0.5, 0.6), {"math": _pair(0.1, 0.1)}),
+        _report((0.4, 0.7), (0.1, 0.3), (0.5, 0.8), {"math": _pair(0.2, 0.3)}, wall_s=1200.0),
+    ]
     out = demo_seeds.summarize([0, 1, 2], reports)
     gains = [(0.2 + 0.3 + 0.2) / 3, (0.1 + 0.1 + 0.1) / 3, (0.3 + 0.2 + 0.3) / 3]
     assert out["gain_mean"] == pytest.approx(sum(gains) / 3)
@@ -55,13 +59,19 @@ def test_ablation_summary_per_variant():
     _ab_spec.loader.exec_module(ablations)
 
     def report(gain: float, tokens: float, truncated: float) -> dict:
-        pair = {"before": {"accuracy": 0.2, "n": 200}, "after": {"accuracy": 0.2 + gain, "n": 200,
-                                                                  "response_tokens_mean": tokens, "truncation_rate": truncated}}
+        pair = {
+            "before": {"accuracy": 0.2, "n": 200},
+            "after": {"accuracy": 0.2 + gain, "n": 200, "response_tokens_mean": tokens, "truncation_rate": truncated},
+        }
         return {"envs": {"math": pair}, "shifted": {}}
 
-    out = ablations.summarize({"full": [report(0.2, 10, 0.0), report(0.1, 12, 0.1)], "no_budget": [report(0.0, 30, 0.5)]})
+    out = ablations.summarize(
+        {"full": [report(0.2, 10, 0.0), report(0.1, 12, 0.1)], "no_budget": [report(0.0, 30, 0.5)]}
+    )
     assert out["full"]["gain_mean"] == pytest.approx(0.15) and out["full"]["gain_std"] > 0
-    assert out["full"]["response_tokens_after"] == pytest.approx(11) and out["full"]["truncation_after"] == pytest.approx(0.05)
+    assert out["full"]["response_tokens_after"] == pytest.approx(11) and out["full"][
+        "truncation_after"
+    ] == pytest.approx(0.05)
     assert out["no_budget"]["gain_mean"] == pytest.approx(0.0) and out["no_budget"]["shifted_gain_mean"] == 0.0
     assert set(ablations.VARIANTS) == {"full", "no_budget", "no_ptx", "no_temp_decay", "with_ptx", "tight_budget"}
     assert [n for n in ablations.VARIANTS if ablations.changes_budget(n)] == ["tight_budget"]

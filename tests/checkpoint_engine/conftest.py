@@ -51,7 +51,12 @@ class Launcher:
         result = self.tmp / f"{role}{idx}.json"
         log = open(self.tmp / f"{role}{idx}.log", "w")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(REPO_ROOT)}
-        cmd = [sys.executable, str(Path(__file__).with_name("_workers.py")), role, json.dumps({**args, "result": str(result)})]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).with_name("_workers.py")),
+            role,
+            json.dumps({**args, "result": str(result)}),
+        ]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
         log.close()
         self.procs.append(proc)

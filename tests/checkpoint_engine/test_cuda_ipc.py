@@ -24,7 +24,18 @@ def _free_port() -> int:
 
 def test_handle_codec_roundtrip_and_allow_list():
     """CPU-only part of the codec: values survive JSON encoding; foreign classes are refused."""
-    value = (torch.Tensor, torch.Size([3, 4]), (4, 1), 0, torch.storage.TypedStorage, torch.bfloat16, 0, b"\x00\xff", True, None)
+    value = (
+        torch.Tensor,
+        torch.Size([3, 4]),
+        (4, 1),
+        0,
+        torch.storage.TypedStorage,
+        torch.bfloat16,
+        0,
+        b"\x00\xff",
+        True,
+        None,
+    )
     assert _decode(_encode(value)) == value
     with pytest.raises(CheckpointEngineError, match="allow-list"):
         _decode({"cls": "os.system"})
@@ -32,7 +43,9 @@ def test_handle_codec_roundtrip_and_allow_list():
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size, source_device, cast", [(1, "cpu", None), (1, "cuda", "bfloat16"), (2, "cuda", None)])
+@pytest.mark.parametrize(
+    "world_size, source_device, cast", [(1, "cpu", None), (1, "cuda", "bfloat16"), (2, "cuda", None)]
+)
 def test_cuda_ipc_roundtrip(launcher, tmp_path, shm_prefix, world_size, source_device, cast):
     if torch.cuda.device_count() < world_size:
         pytest.skip(f"needs {world_size} GPUs")
@@ -40,12 +53,23 @@ def test_cuda_ipc_roundtrip(launcher, tmp_path, shm_prefix, world_size, source_d
     config = {"bucket_nbytes": 4099, "timeout_s": 60.0, "shm_prefix": shm_prefix, "dtype": cast, "device": "cuda"}
     common = {"addr_dir": str(tmp_path), "n_updates": 2, "timeout_s": 60.0}
     senders = [
-        launcher.start("sender", {**common, "rank": r, "world_size": world_size, "master_port": port,
-                                  "serve_ranks": list(range(world_size)), "config": config,
-                                  "source_device": source_device})  # fmt: skip
+        launcher.start(
+            "sender",
+            {
+                **common,
+                "rank": r,
+                "world_size": world_size,
+                "master_port": port,
+                "serve_ranks": list(range(world_size)),
+                "config": config,
+                "source_device": source_device,
+            },
+        )  # fmt: skip
         for r in range(world_size)
     ]
-    receivers = [launcher.start("receiver", {**common, "rank": r, "cast": cast, "cuda": True}) for r in range(world_size)]
+    receivers = [
+        launcher.start("receiver", {**common, "rank": r, "cast": cast, "cuda": True}) for r in range(world_size)
+    ]
     launcher.wait([p for p, _ in senders + receivers], timeout_s=240)
     for _, res in senders:
         launcher.result(res)

@@ -250,7 +250,9 @@ def _fake_sender(shm_prefix: str, plan: list[dict], result: dict) -> str:
         chan.recv(10, "attached")
         for s in segs:
             s.close()
-        chan.send({"t": "begin", "update": 1, "n_buckets": len(plan), "plan_version": 1, "checksum": False, "plan": plan})
+        chan.send(
+            {"t": "begin", "update": 1, "n_buckets": len(plan), "plan_version": 1, "checksum": False, "plan": plan}
+        )
         result["reply"] = chan.recv(10, "error")
         chan.close()
         listener.close()
@@ -262,14 +264,25 @@ def _fake_sender(shm_prefix: str, plan: list[dict], result: dict) -> str:
 @pytest.mark.parametrize(
     "tensor, match",
     [
-        ({"name": "w.overrun", "dtype": "float32", "shape": [300], "offset": 0, "nbytes": 1200, "start": 0}, "'w.overrun'.*overrun"),
-        ({"name": "w.dtype", "dtype": "float13", "shape": [4], "offset": 0, "nbytes": 16, "start": 0}, "'w.dtype'.*unknown dtype"),
-        ({"name": "w.short", "dtype": "float32", "shape": [8], "offset": 0, "nbytes": 16, "start": 0}, "'w.short'.*cover 4 of 8"),
+        (
+            {"name": "w.overrun", "dtype": "float32", "shape": [300], "offset": 0, "nbytes": 1200, "start": 0},
+            "'w.overrun'.*overrun",
+        ),
+        (
+            {"name": "w.dtype", "dtype": "float13", "shape": [4], "offset": 0, "nbytes": 16, "start": 0},
+            "'w.dtype'.*unknown dtype",
+        ),
+        (
+            {"name": "w.short", "dtype": "float32", "shape": [8], "offset": 0, "nbytes": 16, "start": 0},
+            "'w.short'.*cover 4 of 8",
+        ),
     ],
 )
 def test_receiver_rejects_bad_metadata_from_sender(shm_prefix, tensor, match):
     result: dict = {}
-    address = _fake_sender(shm_prefix, [{"index": 0, "owner": 0, "nbytes": tensor["nbytes"], "tensors": [tensor]}], result)
+    address = _fake_sender(
+        shm_prefix, [{"index": 0, "owner": 0, "nbytes": tensor["nbytes"], "tensors": [tensor]}], result
+    )
     loaded = []
     with pytest.raises(MetadataError, match=match):
         WeightReceiver(address, loaded.append, timeout_s=10).run_update()

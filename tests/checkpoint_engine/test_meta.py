@@ -64,7 +64,9 @@ def test_plan_odd_bucket_sizes_random_specs(cap):
     rng = random.Random(cap)
     dtypes = ["float32", "bfloat16", "int64", "bool", "float16", "uint8"]
     pieces = [
-        PieceSpec(f"t{i}", rng.choice(dtypes), tuple(rng.randint(0, 9) for _ in range(rng.randint(0, 3))), rng.randint(0, 2))
+        PieceSpec(
+            f"t{i}", rng.choice(dtypes), tuple(rng.randint(0, 9) for _ in range(rng.randint(0, 3))), rng.randint(0, 2)
+        )
         for i in range(60)
     ]
     pieces.append(PieceSpec("huge", "float32", (cap // 2 + 3, 3), 1))
@@ -116,7 +118,10 @@ def test_merge_is_identical_on_every_rank_and_balances_owners():
 
 
 def test_merge_shards_and_cast():
-    per_rank = [[_reg("w", "shard", shape=(3, 4), start=0, numel=5)], [_reg("w", "shard", shape=(3, 4), start=5, numel=7)]]
+    per_rank = [
+        [_reg("w", "shard", shape=(3, 4), start=0, numel=5)],
+        [_reg("w", "shard", shape=(3, 4), start=5, numel=7)],
+    ]
     pieces = merge_registrations(per_rank, "bfloat16")
     assert [(p.owner, p.start, p.numel, p.dtype) for p in pieces] == [(0, 0, 5, "bfloat16"), (1, 5, 7, "bfloat16")]
     ints = merge_registrations([[_reg("i", dtype="int64")]], "bfloat16")
@@ -178,7 +183,10 @@ def test_validate_plan_coverage_and_expectations():
     validate_plan([_bucket(whole)], 1024, {"w": ((2, 4), torch.float32)})
     with pytest.raises(MetadataError, match="'w'.*cover 4 of 8"):
         validate_plan([_bucket(TensorMeta("w", "float32", (2, 4), 0, 16))], 1024)
-    gap = [_bucket(TensorMeta("w", "float32", (2, 4), 0, 16)), BucketMeta(1, 0, 12, (TensorMeta("w", "float32", (2, 4), 0, 12, start=5),))]
+    gap = [
+        _bucket(TensorMeta("w", "float32", (2, 4), 0, 16)),
+        BucketMeta(1, 0, 12, (TensorMeta("w", "float32", (2, 4), 0, 12, start=5),)),
+    ]
     with pytest.raises(MetadataError, match="'w'.*gap at element 4"):
         validate_plan(gap, 1024)
     with pytest.raises(MetadataError, match="'w'.*shape \\[2, 4\\] != expected \\[4, 2\\]"):
@@ -194,10 +202,21 @@ def test_validate_plan_coverage_and_expectations():
 @pytest.mark.parametrize(
     "raw, match",
     [
-        ({"index": 0, "owner": 0, "nbytes": 4, "tensors": [{"name": "q", "dtype": "float32", "shape": "x"}]}, "'q'.*shape"),
-        ({"index": 0, "owner": 0, "nbytes": 4, "tensors": [{"name": "q", "dtype": "f", "shape": [1]}]}, "'q'.*unknown dtype"),
         (
-            {"index": 0, "owner": 0, "nbytes": 4, "tensors": [{"name": "q", "dtype": "float32", "shape": [1], "offset": 1.5}]},
+            {"index": 0, "owner": 0, "nbytes": 4, "tensors": [{"name": "q", "dtype": "float32", "shape": "x"}]},
+            "'q'.*shape",
+        ),
+        (
+            {"index": 0, "owner": 0, "nbytes": 4, "tensors": [{"name": "q", "dtype": "f", "shape": [1]}]},
+            "'q'.*unknown dtype",
+        ),
+        (
+            {
+                "index": 0,
+                "owner": 0,
+                "nbytes": 4,
+                "tensors": [{"name": "q", "dtype": "float32", "shape": [1], "offset": 1.5}],
+            },
             "'q'.*offset must be an int",
         ),
         ({"index": 0, "owner": 0, "nbytes": 4, "tensors": [{"dtype": "float32"}]}, "without a string name"),

@@ -31,15 +31,26 @@ def _free_port() -> int:
     "world_size, serve_ranks, bucket_nbytes, cast",
     [(1, [0], 4099, None), (2, [0, 1], 4099, "bfloat16"), (4, [0, 3], 1000, None)],
 )
-def test_ranks_stream_bit_identical_tensors(launcher, tmp_path, shm_prefix, world_size, serve_ranks, bucket_nbytes, cast):
+def test_ranks_stream_bit_identical_tensors(
+    launcher, tmp_path, shm_prefix, world_size, serve_ranks, bucket_nbytes, cast
+):
     """Replicated, rank-exclusive, ZeRO-sharded and ZeRO-3-gathered sources; odd bucket sizes;
     tensors bigger than a bucket; 2 updates with different values; every receiver checks bitwise."""
     n_updates, port = 2, _free_port()
     config = {"bucket_nbytes": bucket_nbytes, "timeout_s": 30.0, "shm_prefix": shm_prefix, "dtype": cast}
     common = {"addr_dir": str(tmp_path), "n_updates": n_updates, "timeout_s": 30.0}
     senders = [
-        launcher.start("sender", {**common, "rank": r, "world_size": world_size, "master_port": port,
-                                  "serve_ranks": serve_ranks, "config": config})  # fmt: skip
+        launcher.start(
+            "sender",
+            {
+                **common,
+                "rank": r,
+                "world_size": world_size,
+                "master_port": port,
+                "serve_ranks": serve_ranks,
+                "config": config,
+            },
+        )  # fmt: skip
         for r in range(world_size)
     ]
     receivers = [launcher.start("receiver", {**common, "rank": r, "cast": cast}) for r in serve_ranks]

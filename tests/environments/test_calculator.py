@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from environments.tool_use import ToolUseEnv
-from environments.toolsets import get_toolset, is_error, load_state
-from environments.toolsets.calculator import (
+from k2post.toolsets import get_toolset, is_error, load_state
+from k2post.toolsets.calculator import (
     LIMIT,
     SHIFTED_TEMPLATES,
     TEMPLATES,
@@ -20,7 +20,7 @@ from environments.toolsets.calculator import (
     make_multiply,
     make_sum,
 )
-from environments.toolsets.checks import scenario_split
+from k2post.toolsets.checks import scenario_split
 from k2post.chat.types import Message, ToolCall
 from k2post.envs import Task, make_environment
 
@@ -39,9 +39,7 @@ GOOD: list[tuple[str, dict[str, Any], str]] = [
 
 
 @pytest.mark.parametrize(("tool", "arguments", "expected"), GOOD)
-def test_good_calls_return_the_exact_result_and_log_it(
-    tool: str, arguments: dict[str, Any], expected: str
-) -> None:
+def test_good_calls_return_the_exact_result_and_log_it(tool: str, arguments: dict[str, Any], expected: str) -> None:
     state = CalculatorState()
     assert CALCULATOR.call(state, tool, arguments) == expected
     assert [entry.result for entry in state.history] == [int(expected)]
@@ -77,9 +75,7 @@ BAD: list[tuple[str, Any, str]] = [
 
 
 @pytest.mark.parametrize(("tool", "arguments", "fragment"), BAD)
-def test_bad_calls_are_error_messages_and_change_nothing(
-    tool: str, arguments: Any, fragment: str
-) -> None:
+def test_bad_calls_are_error_messages_and_change_nothing(tool: str, arguments: Any, fragment: str) -> None:
     state = CalculatorState()
     result = CALCULATOR.call(state, tool, arguments)
     assert is_error(result) and fragment in result, result
@@ -155,8 +151,7 @@ def _calls(*calls: tuple[str, dict[str, Any]]) -> Message:
     return Message(
         role="assistant",
         tool_calls=[
-            ToolCall(id=f"functions.{name}:{i}", name=name, arguments=args)
-            for i, (name, args) in enumerate(calls)
+            ToolCall(id=f"functions.{name}:{i}", name=name, arguments=args) for i, (name, args) in enumerate(calls)
         ],
     )
 
@@ -172,8 +167,7 @@ def _play(task: Task, turns: list[Message | str]) -> tuple[float, dict[str, floa
 
 def _reference(task: Task) -> list[Message | str]:
     turns: list[Message | str] = [
-        _calls(*[(call["name"], call["arguments"]) for call in turn])
-        for turn in task.answer["reference_turns"]
+        _calls(*[(call["name"], call["arguments"]) for call in turn]) for turn in task.answer["reference_turns"]
     ]
     return [*turns, task.answer["reference_answer"]]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from environments.code import BUILTIN_DATA, CodeEnv, extract_code, load_rows, parse_harness, split_of
+from environments.code import BUILTIN_DATA, CodeEnv, extract_code, load_rows, parse_harness
+from k2post.envs.splits import hash_split as split_of
 from k2post.envs.base import Task
 from k2post.envs.pytest_plugin import golden_test
 from k2post.envs.registry import make_environment
@@ -55,8 +56,8 @@ def test_splits_disjoint_deterministic_and_cover_the_data(env: CodeEnv) -> None:
 
 @pytest.mark.parametrize("task_id", ["reverse_string", "fizzbuzz", "x" * 100])
 def test_split_of_is_a_pure_function(task_id: str) -> None:
-    assert split_of(task_id, 0.2) == split_of(task_id, 0.2)
-    assert split_of(task_id, 0.0) == "train" and split_of(task_id, 1.0) == "test"
+    assert split_of(task_id, 0.2, 0.1) == split_of(task_id, 0.2, 0.1)
+    assert split_of(task_id, 0.0, 0.0) == "train" and split_of(task_id, 1.0, 0.0) == "test"
 
 
 def test_task_shape(env: CodeEnv) -> None:

@@ -7,9 +7,12 @@ import pytest
 from k2post.config.loader import ConfigError, validate_config
 from k2post.envs.mix import EnvEntryConfig
 from k2post.envs.registry import make_environment
-from rubrics.calibration import CalibrationPair
+from k2post.judging.calibration import CalibrationPair
 
-CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
+CHAIN_SUM = {
+    "dataset": "chain_sum",
+    "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+}
 SOURCES = [{"name": "math", "config": {"difficulty": 1}}, {"name": "reasoning_gym", "config": CHAIN_SUM}]
 
 
@@ -32,7 +35,11 @@ def test_reference_pairs_are_verified_and_alternate_sources(env, split):
         source = env.source_envs[task.metadata["source_env"]]
         src_task = next(t for t in source.tasks(split, seed=0, n=20) if t.id == task.metadata["source_task_id"])
         other = "B" if task.answer == "A" else "A"
-        assert source.score(src_task, _gold_text(task, task.answer)).value >= 0.5 > source.score(src_task, _gold_text(task, other)).value
+        assert (
+            source.score(src_task, _gold_text(task, task.answer)).value
+            >= 0.5
+            > source.score(src_task, _gold_text(task, other)).value
+        )
 
 
 def test_splits_are_disjoint_and_seeded(env):
@@ -53,8 +60,16 @@ def test_constant_judge_agrees_half_the_time_and_the_verifier_always(env):
 def test_pairs_files_round_trip_and_bad_lines_name_the_line(tmp_path):
     from environments.critic_calibration import load_pairs, write_pairs
 
-    pairs = [CalibrationPair(source_env="math", source_task_id=f"t{i}", prompt=[{"role": "user", "content": f"{i}+1?"}],
-                             correct=f"{i + 1}", wrong=f"{i + 2}") for i in range(5)]
+    pairs = [
+        CalibrationPair(
+            source_env="math",
+            source_task_id=f"t{i}",
+            prompt=[{"role": "user", "content": f"{i}+1?"}],
+            correct=f"{i + 1}",
+            wrong=f"{i + 2}",
+        )
+        for i in range(5)
+    ]
     path = tmp_path / "heldout.jsonl"
     write_pairs(path, pairs)
     assert list(load_pairs(str(path))) == pairs
@@ -69,7 +84,9 @@ def test_pairs_files_round_trip_and_bad_lines_name_the_line(tmp_path):
 
 def test_multi_turn_sources_are_refused_in_one_line():
     with pytest.raises(ConfigError, match="multi-turn") as err:
-        validate_config(EnvEntryConfig, {"name": "critic_calibration", "config": {"sources": [{"name": "tool_use"}]}}, "rl.yaml")
+        validate_config(
+            EnvEntryConfig, {"name": "critic_calibration", "config": {"sources": [{"name": "tool_use"}]}}, "rl.yaml"
+        )
     assert "\n" not in str(err.value)
 
 
@@ -84,12 +101,19 @@ MATH = {"difficulty": 1, "problem_types": ["add", "sub", "mul", "word"]}
 
 @pytest.fixture(scope="module")
 def malformed_env():
-    return make_environment("critic_calibration", {"sources": [{"name": "math", "config": MATH}], "pair_kind": "malformed",
-                                                   "prompt_style": "compact", "answer_template": "The answer is {answer}."})
+    return make_environment(
+        "critic_calibration",
+        {
+            "sources": [{"name": "math", "config": MATH}],
+            "pair_kind": "malformed",
+            "prompt_style": "compact",
+            "answer_template": "The answer is {answer}.",
+        },
+    )
 
 
 def test_malformed_pairs_fail_the_verifier_and_the_correct_one_passes(malformed_env):
-    from rubrics.calibration import MALFORMED_REPLIES
+    from k2post.judging.calibration import MALFORMED_REPLIES
 
     source = malformed_env.source_envs["math"]
     src = {t.id: t for t in source.tasks("test", seed=0, n=40)}
@@ -102,7 +126,9 @@ def test_malformed_pairs_fail_the_verifier_and_the_correct_one_passes(malformed_
         src_task = src[task.metadata["source_task_id"]]
         assert correct == f"The answer is {src_task.answer}." and source.score(src_task, correct).value == 1.0
         verdict = source.score(src_task, wrong)
-        assert verdict.value == 0.0 and not any(ch.isdigit() for ch in verdict.info["extracted"] or "")  # no answer read
+        assert verdict.value == 0.0 and not any(
+            ch.isdigit() for ch in verdict.info["extracted"] or ""
+        )  # no answer read
         wrongs.add(wrong)
     assert len(wrongs) == len(MALFORMED_REPLIES)  # every malformation of the table is drawn
 
@@ -116,7 +142,7 @@ def test_malformed_pairs_keep_the_seeded_coin(malformed_env):
 
 
 def test_compact_prompt_is_short_and_one_message(malformed_env, env):
-    from rubrics.prompts import COMPACT_INSTRUCTION
+    from k2post.judging.prompts import COMPACT_INSTRUCTION
 
     task = next(malformed_env.tasks("test", seed=0, n=1))
     assert [m.role for m in task.messages] == ["user"] and task.messages[0].content.endswith(COMPACT_INSTRUCTION)

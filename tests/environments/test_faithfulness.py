@@ -47,8 +47,11 @@ class ScriptedClient:
 
 def _task(context: str = CONTEXT) -> Task:
     return Task(
-        id="t", env="faithfulness", task_type="faithfulness",
-        messages=[{"role": "user", "content": "q"}], answer={"context": context, "question": "q"},
+        id="t",
+        env="faithfulness",
+        task_type="faithfulness",
+        messages=[{"role": "user", "content": "q"}],
+        answer={"context": context, "question": "q"},
     )
 
 
@@ -116,8 +119,11 @@ def test_split_sentences(text, expected):
     "response, value, breakdown",
     [
         ("The lamp was electrified in 1931.", 1.0, {"sentence_0": 1.0}),
-        ("Sure! The lamp was electrified in 1931. It was designed by Gustave Eiffel.", 0.5,
-         {"sentence_0": 1.0, "sentence_1": 0.0}),
+        (
+            "Sure! The lamp was electrified in 1931. It was designed by Gustave Eiffel.",
+            0.5,
+            {"sentence_0": 1.0, "sentence_1": 0.0},
+        ),
         ("", 0.0, {}),
         ("Yes.", 0.0, {}),
         ("<think>Eiffel built it</think>The lighthouse was built in 1872.", 1.0, {"sentence_0": 1.0}),
@@ -152,9 +158,17 @@ def test_score_never_raises(response):
 @pytest.mark.parametrize(
     "reply, verdict",
     [
-        ("Yes", True), ("yes.", True), ("No", False), ("NO, it is not.", False), ("Supported", True),
-        ("The sentence is not supported.", False), ("unsupported", False), ("<think>no... wait</think> Yes", True),
-        ("I cannot tell", None), ("", None), ("Nothing to add", None),
+        ("Yes", True),
+        ("yes.", True),
+        ("No", False),
+        ("NO, it is not.", False),
+        ("Supported", True),
+        ("The sentence is not supported.", False),
+        ("unsupported", False),
+        ("<think>no... wait</think> Yes", True),
+        ("I cannot tell", None),
+        ("", None),
+        ("Nothing to add", None),
     ],
 )
 def test_parse_yes_no(reply, verdict):

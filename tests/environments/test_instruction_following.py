@@ -59,10 +59,10 @@ CHECK_TABLE = [
     (ForbiddenWords(["very", "good"]), "It was Very nice.", False),
     (ForbiddenWords(["good"]), "Goodness me.", True),
     (JsonFormat(), '{"a": 1}', True),
-    (JsonFormat(), '```json\n[1, 2]\n```', True),
+    (JsonFormat(), "```json\n[1, 2]\n```", True),
     (JsonFormat(), '{"a": 1', False),
     (JsonFormat(), "42", False),
-    (JsonFormat(), "Here: {\"a\": 1}", False),
+    (JsonFormat(), 'Here: {"a": 1}', False),
     (Lowercase(), "all quiet here.", True),
     (Lowercase(), "Not quiet.", False),
     (Lowercase(), "123 ...", False),
@@ -150,8 +150,11 @@ def test_tasks_disjoint_deterministic(env):
 
 def _task(*constraints) -> Task:
     return Task(
-        id="t", env="instruction_following", task_type="instruction",
-        messages=[{"role": "user", "content": "q"}], answer=[c.to_spec() for c in constraints],
+        id="t",
+        env="instruction_following",
+        task_type="instruction",
+        messages=[{"role": "user", "content": "q"}],
+        answer=[c.to_spec() for c in constraints],
     )
 
 
@@ -215,5 +218,8 @@ def test_a_prompt_space_the_test_set_exhausts_is_a_clear_error_not_an_empty_stre
     env = make_environment("instruction_following", {"max_constraints": 1, "constraint_kinds": ["lowercase"]})
     with pytest.raises(ValueError, match="lower test_size and dev_size"):
         next(env.tasks("train", seed=0))
-    small = make_environment("instruction_following", {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8, "dev_size": 8})
+    small = make_environment(
+        "instruction_following",
+        {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8, "dev_size": 8},
+    )
     assert len(list(small.tasks("train", seed=0, n=5))) == 5

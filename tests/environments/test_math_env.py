@@ -199,15 +199,25 @@ def test_shifted_asks_larger_numbers_than_train_can():
     for task in env.tasks("shifted"):
         numbers = [int(x) for x in re.findall(r"\d+", task.metadata["question"])]
         assert max(numbers) > largest_number(task.metadata["problem_type"], 1) and task.metadata["difficulty"] == 2
-    train_max = max(int(x) for t in env.tasks("train", n=500) for x in re.findall(r"\d+", t.metadata["question"])
-                    if t.metadata["problem_type"] in ("add", "sub", "word"))
+    train_max = max(
+        int(x)
+        for t in env.tasks("train", n=500)
+        for x in re.findall(r"\d+", t.metadata["question"])
+        if t.metadata["problem_type"] in ("add", "sub", "word")
+    )
     assert train_max <= 10
 
 
-@pytest.mark.parametrize("config,kinds", [
-    ({"difficulty": 2, "problem_types": ["add"], "shifted_problem_types": ["linear"], "shifted_difficulty": 2}, {"linear"}),
-    ({"difficulty": 1, "problem_types": ["add", "sub"], "shifted_problem_types": ["add", "div"]}, {"add", "div"}),
-])
+@pytest.mark.parametrize(
+    "config,kinds",
+    [
+        (
+            {"difficulty": 2, "problem_types": ["add"], "shifted_problem_types": ["linear"], "shifted_difficulty": 2},
+            {"linear"},
+        ),
+        ({"difficulty": 1, "problem_types": ["add", "sub"], "shifted_problem_types": ["add", "div"]}, {"add", "div"}),
+    ],
+)
 def test_shifted_unseen_problem_types(config, kinds):
     env = make_environment("math", {**config, "shifted_size": 50})
     shifted = list(env.tasks("shifted"))
@@ -216,11 +226,14 @@ def test_shifted_unseen_problem_types(config, kinds):
     assert not train & {t.metadata["question"] for t in shifted}
 
 
-@pytest.mark.parametrize("config,split,needle", [
-    ({"difficulty": 5}, "shifted", "math: the shifted split needs shifted_difficulty above difficulty 5"),
-    ({"difficulty": 2, "shifted_difficulty": 1}, "shifted", "math: the shifted split needs"),
-    ({}, "valid", "math: unknown split 'valid'"),
-])
+@pytest.mark.parametrize(
+    "config,split,needle",
+    [
+        ({"difficulty": 5}, "shifted", "math: the shifted split needs shifted_difficulty above difficulty 5"),
+        ({"difficulty": 2, "shifted_difficulty": 1}, "shifted", "math: the shifted split needs"),
+        ({}, "valid", "math: unknown split 'valid'"),
+    ],
+)
 def test_unsupported_splits_are_one_line_errors(config, split, needle):
     with pytest.raises(ValueError, match=needle) as err:
         list(make_environment("math", config).tasks(split))

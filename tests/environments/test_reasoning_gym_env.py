@@ -15,8 +15,18 @@ from k2post.envs import Task, make_environment
 
 GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "reasoning_gym.jsonl"
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "rl_demo.yaml"
-SHORT_ANSWER_SETS = ["basic_arithmetic", "chain_sum", "products", "letter_counting", "gcd", "lcm",
-                     "count_bits", "spell_backward", "simple_equations", "leg_counting"]
+SHORT_ANSWER_SETS = [
+    "basic_arithmetic",
+    "chain_sum",
+    "products",
+    "letter_counting",
+    "gcd",
+    "lcm",
+    "count_bits",
+    "spell_backward",
+    "simple_equations",
+    "leg_counting",
+]
 
 
 def _env(dataset: str = "basic_arithmetic", **extra) -> ReasoningGymEnv:
@@ -162,8 +172,12 @@ def test_demo_shifted_has_one_term_more_than_train(demo):
 
 
 def test_explicit_shifted_config_overrides_the_dataset_config():
-    env = _env("chain_sum", dataset_config={"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
-               shifted_config={"min_digits": 2, "max_digits": 2}, shifted_size=20)
+    env = _env(
+        "chain_sum",
+        dataset_config={"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+        shifted_config={"min_digits": 2, "max_digits": 2},
+        shifted_size=20,
+    )
     numbers = [int(x) for q in _questions(env, "shifted") for x in re.findall(r"\d+", q.rsplit(":", 1)[1])]
     assert len(_questions(env, "shifted")) == 20 and min(numbers) >= 10
 
@@ -174,10 +188,13 @@ def test_a_space_the_held_out_sets_exhaust_is_a_clear_error():
         list(make_environment("reasoning_gym", {"dataset": "chain_sum", "dataset_config": tiny}).tasks("train"))
 
 
-@pytest.mark.parametrize("config,split,needle", [
-    ({"dataset": "dice"}, "shifted", "reasoning_gym: dataset 'dice' has no min_\\*/max_\\* integer range"),
-    ({}, "holdout", "reasoning_gym: unknown split 'holdout'"),
-])
+@pytest.mark.parametrize(
+    "config,split,needle",
+    [
+        ({"dataset": "dice"}, "shifted", "reasoning_gym: dataset 'dice' has no min_\\*/max_\\* integer range"),
+        ({}, "holdout", "reasoning_gym: unknown split 'holdout'"),
+    ],
+)
 def test_unsupported_splits_are_one_line_errors(config, split, needle):
     with pytest.raises(ValueError, match=needle) as err:
         list(make_environment("reasoning_gym", config).tasks(split))

@@ -1,4 +1,6 @@
-"""self_critique gym: prompts and splits, the judge-free score, group scoring through the critic with scripted judges."""
+"""self_critique gym: prompts and splits, the judge-free score, group scoring through the critic with scripted
+judges.
+"""
 
 from __future__ import annotations
 
@@ -37,25 +39,34 @@ def test_splits_are_disjoint_and_rubrics_travel_with_tasks(env):
     test, train, dev = list(env.tasks("test")), list(env.tasks("train", seed=1)), list(env.tasks("dev"))
     assert len(test) == len(dev) == 10 and len(train) == 30 and not {t.id for t in test} & {t.id for t in train}
     assert not {t.id for t in dev} & {t.id for t in test + train}
-    assert [t.id for t in train] == [t.id for t in env.tasks("train", seed=1)] != [t.id for t in env.tasks("train", seed=2)]
+    assert (
+        [t.id for t in train]
+        == [t.id for t in env.tasks("train", seed=1)]
+        != [t.id for t in env.tasks("train", seed=2)]
+    )
     plants = next(t for t in test + train + dev if t.id == "chat-plants")
     assert plants.metadata["rubrics"] and plants.task_type == "chat"
 
 
-@pytest.mark.parametrize("response,value", [
-    ("Water less often: check the soil first.", 1.0),
-    ("Great question! Water less often.", 0.5),
-    ("Great question! Water less. This response is clear and concise.", 0.0),
-    ("", 1.0),
-])
+@pytest.mark.parametrize(
+    "response,value",
+    [
+        ("Water less often: check the soil first.", 1.0),
+        ("Great question! Water less often.", 0.5),
+        ("Great question! Water less. This response is clear and concise.", 0.0),
+        ("", 1.0),
+    ],
+)
 def test_judge_free_score_is_the_prescriptive_part(env, response, value):
     assert env.score(next(env.tasks("test")), response).value == value
 
 
 def test_group_scores_follow_the_judge_and_the_detectors(env):
     tasks = list(env.tasks("test", n=2))
-    groups = [(tasks[0], ["short", "a much longer answer here", "medium answer"]),
-              (tasks[1], ["Great question! This is the longest reply by far, really", "ok", "fine then"])]
+    groups = [
+        (tasks[0], ["short", "a much longer answer here", "medium answer"]),
+        (tasks[1], ["Great question! This is the longest reply by far, really", "ok", "fine then"]),
+    ]
     judge = LongerWins()
     rewards, metrics = env.score_groups(groups, judge)
     first = [r.value for r in rewards[0]]

@@ -13,8 +13,8 @@ import yaml
 from pydantic import ValidationError
 
 from environments.tool_use import ToolUseConfig, ToolUseEnv, ToolUseState
-from environments.toolsets import TEMPLATES, TEMPLATES_BY_TOOLSET
-from environments.toolsets.checks import Scenario, scenario_key, scenario_split
+from k2post.toolsets import TEMPLATES, TEMPLATES_BY_TOOLSET
+from k2post.toolsets.checks import Scenario, scenario_key, scenario_split
 from k2post.chat.template import render_assistant_body
 from k2post.chat.types import Message, ToolCall, format_call_id
 from k2post.envs import Task, make_environment
@@ -106,10 +106,7 @@ def test_scripted_correct_episode_scores_one(template: str) -> None:
     state = env.reset(task)
     for message in reference_messages(task):
         result = env.step(state, message)
-        assert all(
-            obs.role == "tool" and not obs.content.startswith("Error")
-            for obs in result.observations
-        )
+        assert all(obs.role == "tool" and not obs.content.startswith("Error") for obs in result.observations)
     assert result.done and not state.truncated
     reward = env.score_state(task, state)
     assert reward.value == pytest.approx(1.0), reward
@@ -125,9 +122,7 @@ def test_correct_episode_as_raw_k2_text(toolset: str) -> None:
     texts = [render_assistant_body(message) for message in reference_messages(task)]
     state = play(env, task, texts)
     assert state.done and env.score_state(task, state).value == pytest.approx(1.0)
-    assert [call.id for call in state.calls] == [
-        format_call_id(c.name, i) for i, c in enumerate(state.calls)
-    ]
+    assert [call.id for call in state.calls] == [format_call_id(c.name, i) for i, c in enumerate(state.calls)]
 
 
 @pytest.mark.parametrize(
@@ -139,9 +134,7 @@ def test_correct_episode_as_raw_k2_text(toolset: str) -> None:
         ("bank_cover_shortfall", "get_balance", "checked_balance"),
     ],
 )
-def test_partially_correct_episode_names_the_failed_checkpoint(
-    template: str, drop: str, failed: str
-) -> None:
+def test_partially_correct_episode_names_the_failed_checkpoint(template: str, drop: str, failed: str) -> None:
     env, task = env_for(template), first_task(template)
     reward = env.score_state(task, play(env, task, reference_messages(task, drop=drop)))
     assert 0.0 < reward.value < 1.0
@@ -152,9 +145,7 @@ def test_partially_correct_episode_names_the_failed_checkpoint(
 def test_out_of_order_calls_fail_an_ordered_checkpoint() -> None:
     env, task = env_for("fs_append_line"), first_task("fs_append_line")
     read, write = reference_messages(task)[:2]
-    reward = env.score_state(
-        task, play(env, task, [write, read, Message(role="assistant", content="done")])
-    )
+    reward = env.score_state(task, play(env, task, [write, read, Message(role="assistant", content="done")]))
     assert reward.breakdown["read_before_write"] == 0.0 and reward.breakdown["final_state"] == 1.0
     assert reward.value == pytest.approx(0.6 + 0.3 / 2 + 0.1)
 
@@ -193,9 +184,7 @@ def test_weights_are_configurable() -> None:
         (
             {
                 "role": "assistant",
-                "tool_calls": [
-                    {"id": "c1", "function": {"name": "read_file", "arguments": "{oops"}}
-                ],
+                "tool_calls": [{"id": "c1", "function": {"name": "read_file", "arguments": "{oops"}}],
             },
             "tool call 0",
         ),
@@ -218,9 +207,7 @@ def test_malformed_calls_become_tool_errors(turn: Any, fragment: str) -> None:
     result = env.step(state, turn)
     assert not result.done and result.observations
     assert all(obs.role == "tool" and obs.tool_call_id for obs in result.observations)
-    assert any(
-        obs.content.startswith("Error: ") and fragment in obs.content for obs in result.observations
-    ), result
+    assert any(obs.content.startswith("Error: ") and fragment in obs.content for obs in result.observations), result
     assert state.world.model_dump() == env.reset(task).world.model_dump()
     reward = env.score_state(task, state)
     assert reward.breakdown["final_state"] == 0.0 and reward.info["tool_errors"] >= 1
@@ -258,9 +245,7 @@ def test_calls_without_ids_get_k2_ids_and_call_limit_applies() -> None:
     state = env.reset(first_task("fs_move_and_read"))
     calls = [ToolCall(id="", name="list_dir", arguments={}) for _ in range(3)]
     result = env.step(state, Message(role="assistant", tool_calls=calls))
-    assert [obs.tool_call_id for obs in result.observations] == [
-        f"functions.list_dir:{i}" for i in range(3)
-    ]
+    assert [obs.tool_call_id for obs in result.observations] == [f"functions.list_dir:{i}" for i in range(3)]
     assert "at most 2 tool calls" in result.observations[2].content and len(state.calls) == 2
 
 
@@ -322,9 +307,7 @@ def test_task_and_state_survive_json_round_trips() -> None:
     assert restored == state and type(restored.world) is type(state.world)
     for message in messages[1:]:
         assert env.step(restored, message) == env.step(state, message)
-    assert env.score_state(task, json.loads(restored.model_dump_json())) == env.score_state(
-        task, state
-    )
+    assert env.score_state(task, json.loads(restored.model_dump_json())) == env.score_state(task, state)
 
 
 def test_failure_rate_is_seeded_per_task() -> None:
@@ -345,9 +328,7 @@ def load_golden() -> list[dict[str, Any]]:
 def test_golden_file_covers_the_required_cases() -> None:
     cases = load_golden()
     assert len(cases) >= 6 and len({case["id"] for case in cases}) == len(cases)
-    assert {Task.model_validate(case["task"]).metadata["toolset"] for case in cases} == set(
-        TEMPLATES_BY_TOOLSET
-    )
+    assert {Task.model_validate(case["task"]).metadata["toolset"] for case in cases} == set(TEMPLATES_BY_TOOLSET)
 
 
 @pytest.mark.parametrize("case", load_golden(), ids=lambda case: case["id"])
@@ -430,28 +411,40 @@ def test_demo_shifted_uses_unseen_templates_from_the_test_share(demo: ToolUseEnv
     assert all(t.id.startswith("shifted-0-") for t in shifted)
 
 
-@pytest.mark.parametrize("config,templates", [
-    ({"toolsets": ["bank"]}, {name for ts in TEMPLATES_BY_TOOLSET if ts != "bank" for name in TEMPLATES_BY_TOOLSET[ts]}),
-    ({"toolsets": ["bank"], "shifted_templates": ["fs_move_and_read"]}, {"fs_move_and_read"}),
-])
+@pytest.mark.parametrize(
+    "config,templates",
+    [
+        (
+            {"toolsets": ["bank"]},
+            {name for ts in TEMPLATES_BY_TOOLSET if ts != "bank" for name in TEMPLATES_BY_TOOLSET[ts]},
+        ),
+        ({"toolsets": ["bank"], "shifted_templates": ["fs_move_and_read"]}, {"fs_move_and_read"}),
+    ],
+)
 def test_shifted_templates_default_to_unseen_toolsets_or_are_given(config: dict[str, Any], templates: set[str]) -> None:
     assert set(ToolUseEnv(ToolUseConfig(**config)).shifted_template_names()) == templates
 
 
-@pytest.mark.parametrize("config", [
-    {"toolsets": ["bank"], "templates": ["bank_sweep"], "shifted_templates": ["bank_sweep"]},
-    {"shifted_templates": ["nope"]},
-    {"test_fraction": 0.5, "dev_fraction": 0.5},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"toolsets": ["bank"], "templates": ["bank_sweep"], "shifted_templates": ["bank_sweep"]},
+        {"shifted_templates": ["nope"]},
+        {"test_fraction": 0.5, "dev_fraction": 0.5},
+    ],
+)
 def test_bad_split_configs_are_rejected(config: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         ToolUseConfig(**config)
 
 
-@pytest.mark.parametrize("split,needle", [
-    ("shifted", "tool_use: split 'shifted' has no unseen template"),
-    ("holdout", "tool_use: unknown split 'holdout'"),
-])
+@pytest.mark.parametrize(
+    "split,needle",
+    [
+        ("shifted", "tool_use: split 'shifted' has no unseen template"),
+        ("holdout", "tool_use: unknown split 'holdout'"),
+    ],
+)
 def test_unsupported_splits_are_one_line_errors(split: str, needle: str) -> None:
     with pytest.raises(ValueError, match=needle) as err:
         next(ToolUseEnv().tasks(split))  # type: ignore[arg-type]

@@ -24,25 +24,33 @@ def _one_line_error(capsys, prefix: str) -> str:
 
 def test_config_errors(capsys):
     assert cli_main(["sft", CONFIG, "train.lr=1"]) == 2
-    assert "train.lr: unknown key" in _one_line_error(capsys, "k2post: error: ")
+    assert "train.lr: unknown key" in _one_line_error(capsys, "k2post sft: error: ")
     assert cli_main(["sft", str(REPO / "configs" / "demo.yaml")]) == 2
-    assert "the command needs kind 'sft'" in _one_line_error(capsys, "k2post: error: ")
-    assert sft_main([]) == 2 and "usage" in capsys.readouterr().err
+    assert "the command needs kind 'sft'" in _one_line_error(capsys, "k2post sft: error: ")
+    assert sft_main([]) == 2 and "usage: k2post sft" in capsys.readouterr().err
 
 
 def test_data_errors_name_the_row(tmp_path, capsys, tiny_qwen2_dir):
     from data_helpers import make_row, write_dataset
 
-    rows = [make_row("r0", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], []),
-            make_row("r1", [{"role": "wizard", "content": "hi"}], [])]
+    rows = [
+        make_row("r0", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], []),
+        make_row("r1", [{"role": "wizard", "content": "hi"}], []),
+    ]
     dataset = write_dataset(rows, tmp_path / "ds")
-    overrides = [f"run_dir={tmp_path / 'run'}", f"model.path={tiny_qwen2_dir}", f"data.path={dataset}",
-                 "data.bad_rows=error", "data.eval_fraction=0", "train.eval_every=0"]
+    overrides = [
+        f"run_dir={tmp_path / 'run'}",
+        f"model.path={tiny_qwen2_dir}",
+        f"data.path={dataset}",
+        "data.bad_rows=error",
+        "data.eval_fraction=0",
+        "train.eval_every=0",
+    ]
     assert sft_main([CONFIG, *overrides]) == 2
-    err = _one_line_error(capsys, "sft: error: ")
+    err = _one_line_error(capsys, "k2post sft: error: ")
     assert "row 1 (id r1): messages[0].role: Input should be" in err
     assert cli_main(["sft", CONFIG, *overrides[:2], f"data.path={tmp_path / 'nowhere'}"]) == 2
-    assert "is not a directory" in _one_line_error(capsys, "k2post: error: ")
+    assert "is not a directory" in _one_line_error(capsys, "k2post sft: error: ")
 
 
 def test_existing_run_dir_needs_resume(tmp_path, capsys):
@@ -50,4 +58,4 @@ def test_existing_run_dir_needs_resume(tmp_path, capsys):
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval_loss": 8.0}) + "\n")
     assert cli_main(["sft", CONFIG, f"run_dir={run_dir}"]) == 2
-    assert "already holds a run" in _one_line_error(capsys, "k2post: error: ")
+    assert "already holds a run" in _one_line_error(capsys, "k2post sft: error: ")

@@ -31,18 +31,45 @@ def test_sft_as_a_ray_job_then_vllm(ray_head, tiny_qwen2_dir):
     work = Path(tempfile.mkdtemp(prefix="k2post_sft_ray_"))
     try:
         config = work / "sft_ray.yaml"
-        config.write_text(yaml.safe_dump({
-            "kind": "sft", "run_dir": str(work / "run"),
-            "model": {"path": str(tiny_qwen2_dir), "flavor": None},
-            "data": {"path": str(write_dataset(tool_use_rows(10, seed=2), work / "dataset")), "eval_fraction": 0.2},
-            "train": {"max_steps": 4, "eval_every": 2, "save_every": 2, "warmup_steps": 1},
-            "deepspeed": {"zero_stage": 2},
-        }))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "kind": "sft",
+                    "run_dir": str(work / "run"),
+                    "model": {"path": str(tiny_qwen2_dir), "flavor": None},
+                    "data": {
+                        "path": str(write_dataset(tool_use_rows(10, seed=2), work / "dataset")),
+                        "eval_fraction": 0.2,
+                    },
+                    "train": {"max_steps": 4, "eval_every": 2},
+                    "schedule": {"warmup_steps": 1},
+                    "checkpoint": {"every": 2},
+                    "deepspeed": {"zero_stage": 2},
+                }
+            )
+        )
         t0 = time.monotonic()
         job = subprocess.run(
-            [str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
-             "python", "-m", "pipelines.sft", str(config), "train.log_every=1"],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=420,
+            [
+                str(VENV_BIN / "ray"),
+                "job",
+                "submit",
+                "--address",
+                address,
+                "--working-dir",
+                str(REPO),
+                "--",
+                "python",
+                "-m",
+                "pipelines.sft",
+                str(config),
+                "train.log_every=1",
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=420,
         )
         job_s = time.monotonic() - t0
         output = job.stdout + job.stderr
@@ -63,8 +90,9 @@ def _generate_with_vllm(model_dir: Path) -> None:
     from k2post.rollout.vllm_engine import VLLMEngine
     from k2post.chat.template import render_ids
 
-    prompt = render_ids(load_tokenizer(model_dir), [Message(role="user", content="List my files.")],
-                        add_generation_prompt=True).input_ids
+    prompt = render_ids(
+        load_tokenizer(model_dir), [Message(role="user", content="List my files.")], add_generation_prompt=True
+    ).input_ids
     engine = VLLMEngine(model_dir, VLLMEngineConfig(dtype="float32", max_model_len=1024, max_num_seqs=2))
     try:
         generation = engine.generate([prompt], SamplingConfig(temperature=0.0, max_tokens=8))[0][0]

@@ -24,7 +24,7 @@ from k2post.chat.template import render_ids
 from k2post.chat.types import Message
 from k2post.envs.base import Task
 from rubrics.critic import Critic, CriticConfig
-from rubrics.prompts import judge_messages
+from k2post.judging.prompts import judge_messages
 from rubrics.schema import builtin_rubrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k2post" / "rollout"))
@@ -32,8 +32,13 @@ from tool_model import Trajectory, train_on  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-TASK = Task(id="math-x", env="math", task_type="math", messages=[Message(role="user", content="What is 2 + 2? Put your final answer in \\boxed{}.")],
-            answer="4")
+TASK = Task(
+    id="math-x",
+    env="math",
+    task_type="math",
+    messages=[Message(role="user", content="What is 2 + 2? Put your final answer in \\boxed{}.")],
+    answer="4",
+)
 ANSWERS = ["\\boxed{5}", "\\boxed{4}", "Great question! \\boxed{4}"]
 CONFIG = CriticConfig(rubric_kinds=["core"], max_tokens=8, prescriptive={"initial_praise_penalty": 0.5})
 
@@ -46,7 +51,9 @@ def judge_dir(tiny_qwen2_dir, tmp_path_factory):
     rubrics = builtin_rubrics(CONFIG.rubric_kinds)
     trajectories = []
     for a, b in itertools.permutations(range(3), 2):
-        dialogue = judge_messages(TASK.messages, ANSWERS[a], ANSWERS[b], rubrics) + [Message(role="assistant", content="[[A]]")]
+        dialogue = judge_messages(TASK.messages, ANSWERS[a], ANSWERS[b], rubrics) + [
+            Message(role="assistant", content="[[A]]")
+        ]
         rendered = render_ids(tokenizer, dialogue)
         trajectories.append(Trajectory(TASK, rendered.input_ids, rendered.assistant_mask, dialogue[-1:]))
     out = tmp_path_factory.mktemp("judge") / "tiny-qwen2-judge"
@@ -78,7 +85,9 @@ def test_in_process_engine_and_served_endpoint_judge_alike(judge_dir, tmp_path):
     from k2post.rollout.vllm_engine import VLLMEngine
 
     one_order = CONFIG.model_copy(update={"both_orders": False})
-    engine = VLLMEngine(judge_dir, VLLMEngineConfig(dtype="float32", max_model_len=1024, max_num_seqs=8, kv_cache_gib=0.25))
+    engine = VLLMEngine(
+        judge_dir, VLLMEngineConfig(dtype="float32", max_model_len=1024, max_num_seqs=8, kv_cache_gib=0.25)
+    )
     try:
         local = Critic(EngineLLMClient(engine), CONFIG).score(TASK.messages, ANSWERS)
         local_one = Critic(EngineLLMClient(engine), one_order).score(TASK.messages, ANSWERS)
@@ -86,8 +95,16 @@ def test_in_process_engine_and_served_endpoint_judge_alike(judge_dir, tmp_path):
         engine.close()
     _check_both_orders(local)
     _check_one_order(local_one)
-    handle = start_server(ServeConfig(model_dir=str(judge_dir), port=0, served_model_name="judge", max_model_len=1024,
-                                      startup_timeout_s=150, log_path=str(tmp_path / "server.log")))
+    handle = start_server(
+        ServeConfig(
+            model_dir=str(judge_dir),
+            port=0,
+            served_model_name="judge",
+            max_model_len=1024,
+            startup_timeout_s=150,
+            log_path=str(tmp_path / "server.log"),
+        )
+    )
     try:
         with HTTPLLMClient(HTTPClientConfig(base_url=handle.base_url, timeout_s=60, max_retries=1)) as client:
             served = Critic(client, CONFIG).score(TASK.messages, ANSWERS)

@@ -109,7 +109,9 @@ def test_pure_position_bias_shows_with_one_order():
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
 @pytest.mark.parametrize("both_orders", [True, False])
 def test_length_preferring_judge_orders_by_length(aggregation, both_orders):
-    result = _critic(Scripted(prefers_longer), aggregation=aggregation, both_orders=both_orders).score(PROMPT, RESPONSES)
+    result = _critic(Scripted(prefers_longer), aggregation=aggregation, both_orders=both_orders).score(
+        PROMPT, RESPONSES
+    )
     assert _strictly_descending(result.scores, [3, 1, 2, 0])
     assert result.scores == result.pairwise and result.penalties == [0.0] * 4
     assert result.unparseable == result.errors == result.ties == 0
@@ -136,7 +138,9 @@ def test_ties_are_counted():
 @pytest.mark.parametrize(("k", "pairs_per_prompt", "calls"), [(4, 2, 4), (6, 3, 6), (4, 6, 12), (4, 50, 12), (2, 1, 2)])
 def test_sampled_pairs_call_count(k, pairs_per_prompt, calls):
     client = Scripted(prefers_longer)
-    result = _critic(client, pairs="sampled", pairs_per_prompt=pairs_per_prompt).score(PROMPT, ["x" * (n + 1) for n in range(k)])
+    result = _critic(client, pairs="sampled", pairs_per_prompt=pairs_per_prompt).score(
+        PROMPT, ["x" * (n + 1) for n in range(k)]
+    )
     assert result.calls == len(client.calls) == calls
     pairs = {(min(i, j), max(i, j)) for i, j, _a, _b in result.comparisons}
     assert len(pairs) == calls // 2
@@ -240,7 +244,9 @@ def test_chat_batch_is_used_once_per_call():
 
 def test_score_batch_sends_every_prompt_in_one_batch():
     client = Batched(prefers_longer)
-    results = _critic(client).score_batch([(PROMPT, RESPONSES, None), (PROMPT, ["x", "yy"], None), (PROMPT, ["z"], None)])
+    results = _critic(client).score_batch(
+        [(PROMPT, RESPONSES, None), (PROMPT, ["x", "yy"], None), (PROMPT, ["z"], None)]
+    )
     assert client.batches == [12 + 2]
     assert [r.calls for r in results] == [12, 2, 0]
     assert results[1].scores == [0.0, 1.0] and results[2].scores == [0.5]
@@ -263,7 +269,10 @@ def test_failing_batch_gives_ties(batch):
 def test_batch_may_return_chat_results_with_usage():
     client = Batched(prefers_longer)
     client.chat_batch = lambda prompts, **kw: [
-        ChatResult(message=Message(role="assistant", content=prefers_longer(m)), usage={"prompt_tokens": 7, "completion_tokens": 1})
+        ChatResult(
+            message=Message(role="assistant", content=prefers_longer(m)),
+            usage={"prompt_tokens": 7, "completion_tokens": 1},
+        )
         for m in prompts
     ]
     result = _critic(client).score(PROMPT, RESPONSES)
@@ -309,8 +318,13 @@ def test_metrics_of_several_results_and_keys():
     metrics = Critic.metrics(results)
     assert metrics["critic/calls"] == 14.0
     assert set(metrics) >= {
-        "critic/calls", "critic/tokens", "critic/unparseable_rate", "critic/tie_rate",
-        "critic/position_a_rate", "critic/error_rate", "critic/order_disagreement_rate",
+        "critic/calls",
+        "critic/tokens",
+        "critic/unparseable_rate",
+        "critic/tie_rate",
+        "critic/position_a_rate",
+        "critic/error_rate",
+        "critic/order_disagreement_rate",
     }
     assert metrics["critic/order_disagreement_rate"] == 1.0
     assert all(isinstance(v, float) for v in metrics.values())

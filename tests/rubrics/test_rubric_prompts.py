@@ -7,9 +7,9 @@ import re
 import pytest
 
 from k2post.chat.types import Message, ToolCall
-from rubrics.prompts import INSTRUCTION, SYSTEM_PROMPT, escape_untrusted, format_rubrics, judge_messages
+from k2post.judging.prompts import INSTRUCTION, SYSTEM_PROMPT, escape_untrusted, format_rubrics, judge_messages
 from rubrics.schema import Rubric, builtin_rubrics
-from rubrics.verdict import parse_verdict
+from k2post.judging.verdict import parse_verdict
 
 PROMPT = [Message(role="system", content="Be brief."), Message(role="user", content="What is the capital of France?")]
 TASK = [Rubric(name="task_1", kind="task", title="Mentions the river", text="Names the Seine.")]
@@ -34,7 +34,9 @@ def test_layout_order_and_contents():
     assert _block(user, "response_b") == "Lyon."
     conversation = _block(user, "conversation")
     assert "[system]\nBe brief." in conversation and "[user]\nWhat is the capital of France?" in conversation
-    order = [user.index(marker) for marker in ("<conversation>", "<response_a>", "<response_b>", "Rubrics:", INSTRUCTION)]
+    order = [
+        user.index(marker) for marker in ("<conversation>", "<response_a>", "<response_b>", "Rubrics:", INSTRUCTION)
+    ]
     assert order == sorted(order)
     assert user.endswith(INSTRUCTION)
 

@@ -43,17 +43,26 @@ def test_builtin_rejects_unknown_kind():
 def test_load_good_file(tmp_path):
     path = _write(tmp_path, "kind: task\nrubrics:\n" + GOOD_ENTRY.format(name="a") + GOOD_ENTRY.format(name="b"))
     rubrics = load_rubric_file(path)
-    assert [(r.name, r.kind, r.title, r.text) for r in rubrics] == [("a", "task", "T", "Check this."), ("b", "task", "T", "Check this.")]
+    assert [(r.name, r.kind, r.title, r.text) for r in rubrics] == [
+        ("a", "task", "T", "Check this."),
+        ("b", "task", "T", "Check this."),
+    ]
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: core\nrubrics:\n" + GOOD_ENTRY.format(name="a") + "  - name: b\n    title: T\n", "rubrics[1].text: field required"),
+        (
+            "kind: core\nrubrics:\n" + GOOD_ENTRY.format(name="a") + "  - name: b\n    title: T\n",
+            "rubrics[1].text: field required",
+        ),
         ("kind: core\nrubrics:\n" + GOOD_ENTRY.format(name="a") * 2, "rubrics[1].name: duplicate name 'a'"),
         ("kind: core\nrubrics:\n  - name: [unclosed\n", "not valid YAML (line 4)"),
         ("kind: core\nrubrics: [\n", "not valid YAML"),
-        ("kind: style\nrubrics:\n" + GOOD_ENTRY.format(name="a"), "kind: must be one of core, prescriptive, task, got 'style'"),
+        (
+            "kind: style\nrubrics:\n" + GOOD_ENTRY.format(name="a"),
+            "kind: must be one of core, prescriptive, task, got 'style'",
+        ),
         ("rubrics:\n" + GOOD_ENTRY.format(name="a"), "kind: field required"),
         ("kind: core\n", "rubrics: field required"),
         ("kind: core\nrubrics: []\n", "rubrics: must be a non-empty list"),
@@ -62,11 +71,26 @@ def test_load_good_file(tmp_path):
         ("", "top level must be a mapping"),
         ("kind: core\nextra: 1\nrubrics:\n" + GOOD_ENTRY.format(name="a"), "extra: unknown field"),
         ("kind: core\nrubrics:\n  - just a string\n", "rubrics[0]: expected a mapping"),
-        ("kind: core\nrubrics:\n  - name: bad name\n    title: T\n    text: X\n", "rubrics[0].name: 'bad name' is not an identifier"),
-        ("kind: core\nrubrics:\n  - name: a\n    title: T\n    text: X\n    weight: 2\n", "rubrics[0].weight: unknown field"),
-        ("kind: core\nrubrics:\n  - name: a\n    title: T\n    text: ''\n", "rubrics[0].text: string should have at least 1 character"),
-        ("kind: core\nrubrics:\n  - name: a\n    title: [1]\n    text: X\n", "rubrics[0].title: input should be a valid string"),
-        ("kind: core\nrubrics:\n  - name: a\n    kind: task\n    title: T\n    text: X\n", "rubrics[0].kind: set kind once"),
+        (
+            "kind: core\nrubrics:\n  - name: bad name\n    title: T\n    text: X\n",
+            "rubrics[0].name: 'bad name' is not an identifier",
+        ),
+        (
+            "kind: core\nrubrics:\n  - name: a\n    title: T\n    text: X\n    weight: 2\n",
+            "rubrics[0].weight: unknown field",
+        ),
+        (
+            "kind: core\nrubrics:\n  - name: a\n    title: T\n    text: ''\n",
+            "rubrics[0].text: string should have at least 1 character",
+        ),
+        (
+            "kind: core\nrubrics:\n  - name: a\n    title: [1]\n    text: X\n",
+            "rubrics[0].title: input should be a valid string",
+        ),
+        (
+            "kind: core\nrubrics:\n  - name: a\n    kind: task\n    title: T\n    text: X\n",
+            "rubrics[0].kind: set kind once",
+        ),
     ],
 )
 def test_bad_file_fails_on_one_line(tmp_path, text, message):
@@ -89,15 +113,30 @@ def test_rubric_file_error_is_a_value_error():
 
 
 def _task(rubrics) -> Task:
-    return Task(id="t7", env="chat", task_type="chat", messages=[{"role": "user", "content": "hi"}], metadata={"rubrics": rubrics})
+    return Task(
+        id="t7",
+        env="chat",
+        task_type="chat",
+        messages=[{"role": "user", "content": "hi"}],
+        metadata={"rubrics": rubrics},
+    )
 
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        (["Mentions the deadline.", "Under 100 words."], [("task_1", "Task rubric 1", "Mentions the deadline."), ("task_2", "Task rubric 2", "Under 100 words.")]),
-        ([{"name": "cites", "title": "Cites sources", "text": "Names a source."}], [("cites", "Cites sources", "Names a source.")]),
-        (["  padded  ", {"text": "Only text."}], [("task_1", "Task rubric 1", "padded"), ("task_2", "Task rubric 2", "Only text.")]),
+        (
+            ["Mentions the deadline.", "Under 100 words."],
+            [("task_1", "Task rubric 1", "Mentions the deadline."), ("task_2", "Task rubric 2", "Under 100 words.")],
+        ),
+        (
+            [{"name": "cites", "title": "Cites sources", "text": "Names a source."}],
+            [("cites", "Cites sources", "Names a source.")],
+        ),
+        (
+            ["  padded  ", {"text": "Only text."}],
+            [("task_1", "Task rubric 1", "padded"), ("task_2", "Task rubric 2", "Only text.")],
+        ),
         ([], []),
     ],
 )
@@ -118,7 +157,9 @@ def test_task_rubrics_from_dataset_row(row):
     assert [r.text for r in task_rubrics(row)] == ["Be brief."]
 
 
-@pytest.mark.parametrize("task", [_task(None), {"id": "x"}, {"id": "x", "metadata": None}, Task(id="t", env="e", task_type="t", messages=[])])
+@pytest.mark.parametrize(
+    "task", [_task(None), {"id": "x"}, {"id": "x", "metadata": None}, Task(id="t", env="e", task_type="t", messages=[])]
+)
 def test_no_task_rubrics(task):
     assert task_rubrics(task) == []
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rubrics.verdict import MAX_CHARS, Verdict, parse_verdict
+from k2post.judging.verdict import MAX_CHARS, PairVerdict, parse_verdict
 
 A, B, TIE, BAD = "A", "B", "TIE", None
 
@@ -111,7 +111,7 @@ def test_parse_verdict_table(text, winner, method):
 
 @pytest.mark.parametrize("junk", [None, 3, 2.5, b"[[A]]", ["[[A]]"], {"winner": "A"}, object()])
 def test_non_text_is_unparseable(junk):
-    assert parse_verdict(junk) == Verdict(None, False, "not_text")
+    assert parse_verdict(junk) == PairVerdict(None, False, "not_text")
 
 
 def test_verdict_is_frozen():

@@ -21,6 +21,7 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 import ctypes
 import os
 

@@ -21,14 +21,31 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 import ctypes
 import os
 import platform
 
 libc = ctypes.CDLL(None, use_errno=True)
 NR = {
-    "x86_64": {"bpf": 321, "io_uring_setup": 425, "perf_event_open": 298, "keyctl": 250, "userfaultfd": 323, "setns": 308, "clone": 56},
-    "aarch64": {"bpf": 280, "io_uring_setup": 425, "perf_event_open": 241, "keyctl": 219, "userfaultfd": 282, "setns": 268, "clone": 220},
+    "x86_64": {
+        "bpf": 321,
+        "io_uring_setup": 425,
+        "perf_event_open": 298,
+        "keyctl": 250,
+        "userfaultfd": 323,
+        "setns": 308,
+        "clone": 56,
+    },
+    "aarch64": {
+        "bpf": 280,
+        "io_uring_setup": 425,
+        "perf_event_open": 241,
+        "keyctl": 219,
+        "userfaultfd": 282,
+        "setns": 268,
+        "clone": 220,
+    },
 }[platform.machine()]
 buf = ctypes.create_string_buffer(512)
 ARGS = {

@@ -19,6 +19,7 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 x = 0
 while True:
     x += 1

@@ -20,6 +20,7 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 chunks = []
 for _ in range(64):
     chunks.append(bytearray(128 * 1024 * 1024))

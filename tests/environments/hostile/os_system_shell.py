@@ -21,6 +21,7 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 import os
 import subprocess
 
@@ -36,6 +37,8 @@ print("id:", subprocess.run(["id"], capture_output=True, text=True).stdout.strip
 attempt("sh: cat /etc/shadow", lambda: sh("cat /etc/shadow"))
 attempt("sh: ls /root /work", lambda: sh("ls /root /work"))
 attempt("sh: bash /dev/tcp", lambda: sh(f"bash -c 'echo pwned > /dev/tcp/127.0.0.1/{CTX.get('tcp_port', 1)}'"))
+
+
 def system_write():
     status = os.system("echo x > /etc/pwned 2>/dev/null")
     if status != 0:

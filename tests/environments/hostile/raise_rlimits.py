@@ -21,6 +21,7 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 import resource
 
 for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE"):

@@ -21,5 +21,6 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 for path in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/mem", "/dev/kmsg", "/dev/tty", "/dev/fuse"):
     attempt(f"open {path}", lambda p=path: open(p, "rb").read(16))

@@ -20,5 +20,6 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 for path in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers"):
     attempt(f"read {path}", lambda p=path: open(p).read()[:80])

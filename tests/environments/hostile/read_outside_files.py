@@ -21,9 +21,16 @@ def attempt(what, fn):
     print(f"ESCAPED {what}: {got!r}"[:300], flush=True)
     return got
 
+
 import os
 
-PATHS = [CTX.get("canary_file", "/nonexistent"), "/work/main/pyproject.toml", "/root/.bashrc", "/etc/hostname", "/etc/resolv.conf"]
+PATHS = [
+    CTX.get("canary_file", "/nonexistent"),
+    "/work/main/pyproject.toml",
+    "/root/.bashrc",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+]
 for path in PATHS:
     attempt(f"read {path}", lambda p=path: open(p).read()[:80])
 

@@ -55,9 +55,7 @@ def _section(*calls: str) -> str:
         "empty_section",
     ],
 )
-def test_well_formed_turns(
-    text: str, content: str, reasoning: str | None, call_names: list[str]
-) -> None:
+def test_well_formed_turns(text: str, content: str, reasoning: str | None, call_names: list[str]) -> None:
     parsed = parse_assistant(text)
     assert parsed.ok, parsed.errors
     assert (parsed.content, parsed.reasoning) == (content, reasoning)
@@ -159,9 +157,7 @@ def test_well_formed_turns(
         "mixed",
     ],
 )
-def test_malformed_turns(
-    text: str, kinds: list[str], call_names: list[str], message_start: str
-) -> None:
+def test_malformed_turns(text: str, kinds: list[str], call_names: list[str], message_start: str) -> None:
     parsed = parse_assistant(text)
     assert [error.kind for error in parsed.errors] == kinds
     assert [call.name for call in parsed.tool_calls] == call_names
@@ -173,9 +169,7 @@ def test_error_becomes_tool_message() -> None:
     (error,) = parsed.errors
     assert (error.call_index, error.call_id, error.raw) == (0, "functions.f:3", "{oops")
     message = error.to_tool_message()
-    assert message == Message(
-        role="tool", tool_call_id="functions.f:3", content="Error: " + error.message
-    )
+    assert message == Message(role="tool", tool_call_id="functions.f:3", content="Error: " + error.message)
     assert parse_assistant(_section(_call_text("nope", "{}"))).errors[0].to_tool_message() is None
 
 
@@ -201,18 +195,10 @@ def test_strict_ids(start_index: int, strict: bool, kinds: list[str]) -> None:
 
 # ---------------------------------------------------------------------------- property tests
 
-_PLAIN_TEXT = st.text(max_size=40).filter(
-    lambda text: not any(token in text for token in SPECIAL_TOKENS)
-)
+_PLAIN_TEXT = st.text(max_size=40).filter(lambda text: not any(token in text for token in SPECIAL_TOKENS))
 _JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | _PLAIN_TEXT,
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(_PLAIN_TEXT, children, max_size=3)
-    ),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _PLAIN_TEXT,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_PLAIN_TEXT, children, max_size=3),
     max_leaves=8,
 )
 _NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,15}", fullmatch=True)
@@ -231,9 +217,7 @@ def _assistant_turns(draw: st.DrawFn) -> tuple[Message, int]:
         for i, name in enumerate(names)
     ]
     reasoning = draw(st.none() | _PLAIN_TEXT)
-    message = Message(
-        role="assistant", content=draw(_PLAIN_TEXT), reasoning=reasoning, tool_calls=calls
-    )
+    message = Message(role="assistant", content=draw(_PLAIN_TEXT), reasoning=reasoning, tool_calls=calls)
     return message, start_index
 
 
@@ -284,9 +268,7 @@ _NOISY_TEXT = st.lists(st.one_of(_FRAGMENTS, st.text(max_size=4)), max_size=40).
     strict=st.booleans(),
     known=st.none() | st.just({"f"}),
 )
-def test_parse_never_raises(
-    text: str, start_index: int, strict: bool, known: set[str] | None
-) -> None:
+def test_parse_never_raises(text: str, start_index: int, strict: bool, known: set[str] | None) -> None:
     parsed = parse_assistant(text, start_index=start_index, known_tools=known, strict_ids=strict)
     assert all(isinstance(call.arguments, dict) for call in parsed.tool_calls)
     assert all(error.message for error in parsed.errors)

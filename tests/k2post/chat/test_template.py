@@ -30,9 +30,7 @@ WEATHER = ToolSpec(
     description="Weather in a city.",
     parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
-SEARCH = ToolSpec(
-    name="search", description="Søk på nettet.", parameters={"type": "object", "properties": {}}
-)
+SEARCH = ToolSpec(name="search", description="Søk på nettet.", parameters={"type": "object", "properties": {}})
 
 
 def _call(name: str, index: int, **arguments: Any) -> ToolCall:
@@ -125,12 +123,8 @@ def test_render_ids_matches_plain_tokenization(
     k2_tokenizer: PreTrainedTokenizerFast, name: str, generation_prompt: bool
 ) -> None:
     messages, tools = DIALOGUES[name]
-    rendered = render_ids(
-        k2_tokenizer, messages, tools=tools, add_generation_prompt=generation_prompt
-    )
-    assert rendered.text == render_text(
-        messages, tools=tools, add_generation_prompt=generation_prompt
-    )
+    rendered = render_ids(k2_tokenizer, messages, tools=tools, add_generation_prompt=generation_prompt)
+    assert rendered.text == render_text(messages, tools=tools, add_generation_prompt=generation_prompt)
     assert rendered.input_ids == k2_tokenizer(rendered.text, add_special_tokens=False).input_ids
     assert len(rendered.assistant_mask) == len(rendered.input_ids)
 
@@ -140,32 +134,20 @@ def _expected_trained_text(messages: list[Message]) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(DIALOGUES))
-def test_assistant_mask_covers_bodies_and_im_end(
-    k2_tokenizer: PreTrainedTokenizerFast, name: str
-) -> None:
+def test_assistant_mask_covers_bodies_and_im_end(k2_tokenizer: PreTrainedTokenizerFast, name: str) -> None:
     messages, tools = DIALOGUES[name]
     rendered = render_ids(k2_tokenizer, messages, tools=tools, add_generation_prompt=True)
-    trained = [
-        token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if bit
-    ]
+    trained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if bit]
     # the tokenizer NFC-normalizes (Qwen2-style pipeline), so compare normalized text
     assert k2_tokenizer.decode(trained) == unicodedata.normalize("NFC", _expected_trained_text(messages))
-    untrained = [
-        token
-        for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True)
-        if not bit
-    ]
+    untrained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if not bit]
     assert k2_tokenizer.decode(untrained).endswith(GENERATION_PROMPT)
 
 
 def test_mask_starts_right_after_assistant_header(k2_tokenizer: PreTrainedTokenizerFast) -> None:
     rendered = render_ids(k2_tokenizer, REASONING)
     header = k2_tokenizer("<|im_begin|>assistant<|im_middle|>", add_special_tokens=False).input_ids
-    start = next(
-        i
-        for i in range(len(rendered.input_ids))
-        if rendered.input_ids[i : i + len(header)] == header
-    )
+    start = next(i for i in range(len(rendered.input_ids)) if rendered.input_ids[i : i + len(header)] == header)
     first_trained = rendered.assistant_mask.index(1)
     assert first_trained == start + len(header)
     assert rendered.input_ids[-1] == k2_tokenizer.convert_tokens_to_ids(IM_END)
@@ -361,9 +343,7 @@ _PLAIN_TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_si
     lambda text: not any(token in text for token in SPECIAL_TOKENS)
 )
 _NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
-_ARGUMENTS = st.dictionaries(
-    _PLAIN_TEXT, st.one_of(st.integers(), _PLAIN_TEXT, st.booleans(), st.none()), max_size=3
-)
+_ARGUMENTS = st.dictionaries(_PLAIN_TEXT, st.one_of(st.integers(), _PLAIN_TEXT, st.booleans(), st.none()), max_size=3)
 
 
 @st.composite
@@ -379,30 +359,18 @@ def _dialogues(draw: st.DrawFn) -> list[Message]:
         ]
         call_count += len(calls)
         reasoning = draw(st.one_of(st.none(), _PLAIN_TEXT))
-        messages.append(
-            Message(
-                role="assistant", content=draw(_PLAIN_TEXT), reasoning=reasoning, tool_calls=calls
-            )
-        )
-        messages.extend(
-            Message(role="tool", tool_call_id=c.id, content=draw(_PLAIN_TEXT)) for c in calls
-        )
+        messages.append(Message(role="assistant", content=draw(_PLAIN_TEXT), reasoning=reasoning, tool_calls=calls))
+        messages.extend(Message(role="tool", tool_call_id=c.id, content=draw(_PLAIN_TEXT)) for c in calls)
     return messages
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_dialogues(), with_tools=st.booleans())
-def test_render_ids_property(
-    k2_tokenizer: PreTrainedTokenizerFast, messages: list[Message], with_tools: bool
-) -> None:
+def test_render_ids_property(k2_tokenizer: PreTrainedTokenizerFast, messages: list[Message], with_tools: bool) -> None:
     tools = [WEATHER] if with_tools else None
     rendered = render_ids(k2_tokenizer, messages, tools=tools, add_generation_prompt=True)
     assert rendered.input_ids == k2_tokenizer(rendered.text, add_special_tokens=False).input_ids
-    trained = [
-        token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if bit
-    ]
+    trained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if bit]
     # the tokenizer NFC-normalizes (Qwen2-style pipeline), so compare normalized text
     assert k2_tokenizer.decode(trained) == unicodedata.normalize("NFC", _expected_trained_text(messages))
     validate_dialogue(messages, require_k2_ids=True)

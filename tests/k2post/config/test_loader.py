@@ -58,11 +58,14 @@ def test_apply_overrides_creates_sections_and_does_not_mutate():
     assert data == {"trainer": {"lr": 1.0}}
 
 
-@pytest.mark.parametrize("override,expected", [
-    ("envs.0.weight=2", {"envs": [{"name": "a", "weight": 2}, {"name": "b"}]}),
-    ("envs.1.config.x=1", {"envs": [{"name": "a"}, {"name": "b", "config": {"x": 1}}]}),
-    ("envs.1=c", {"envs": [{"name": "a"}, "c"]}),
-])
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("envs.0.weight=2", {"envs": [{"name": "a", "weight": 2}, {"name": "b"}]}),
+        ("envs.1.config.x=1", {"envs": [{"name": "a"}, {"name": "b", "config": {"x": 1}}]}),
+        ("envs.1=c", {"envs": [{"name": "a"}, "c"]}),
+    ],
+)
 def test_apply_overrides_indexes_lists(override, expected):
     assert apply_overrides({"envs": [{"name": "a"}, {"name": "b"}]}, [override]) == expected
 
@@ -126,3 +129,21 @@ def test_field_without_default_is_rejected_at_definition():
 
         class _Bad(K2Config):
             x: int = Field(description="x")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "where", "new_key"),
+    [
+        ("kind: rl\nsampling: {strategy: uniform}\n", "<top level>", "prompt_sampling"),
+        ("kind: sft\noptim: {qk_clip: {tau: 30.0}}\n", "optim.qk_clip", "logit_threshold"),
+    ],
+)
+def test_a_renamed_key_is_one_line_naming_the_new_key(tmp_path, yaml_text, where, new_key):
+    from k2post.config.registry import load_run_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as info:
+        load_run_config(path)
+    message = str(info.value)
+    assert "\n" not in message and f"{where}: " in message and f"is now `{new_key}`" in message

@@ -43,8 +43,13 @@ class ToyEcho(Environment):
         for i in range(count):
             word = WORDS[(i + seed) % len(WORDS)] + ("" if split == "train" else "-test")
             answer = word.upper() if self.config.upper else word
-            yield Task(id=f"{split}-{seed}-{i}", env=self.name, task_type=self.task_type,
-                       messages=_user(f"Repeat: {word}"), answer=answer)
+            yield Task(
+                id=f"{split}-{seed}-{i}",
+                env=self.name,
+                task_type=self.task_type,
+                messages=_user(f"Repeat: {word}"),
+                answer=answer,
+            )
 
     def score(self, task: Task, response: str) -> Reward:
         exact = float(response.strip() == task.answer)
@@ -64,8 +69,13 @@ class ToyBoxedSum(Environment):
         offset = 0 if split == "train" else 1000
         for i in range(10 if n is None else n):
             a, b = (seed * 7 + i) % 50 + offset, (seed * 3 + 2 * i) % 50
-            yield Task(id=f"{split}-{seed}-{i}", env=self.name, task_type=self.task_type,
-                       messages=_user(f"What is {a} + {b}?"), answer=a + b)
+            yield Task(
+                id=f"{split}-{seed}-{i}",
+                env=self.name,
+                task_type=self.task_type,
+                messages=_user(f"What is {a} + {b}?"),
+                answer=a + b,
+            )
 
     def score(self, task: Task, response: str) -> Reward:
         found = BOXED.findall(response)
@@ -90,8 +100,13 @@ class ToyCounter(MultiTurnEnvironment):
     def tasks(self, split="train", seed=0, n=None) -> Iterator[Task]:
         for i in range(5 if n is None else n):
             target = 3 + i + seed + (100 if split == "test" else 0)
-            yield Task(id=f"{split}-{seed}-{i}", env=self.name, task_type=self.task_type,
-                       messages=_user(f"Reach {target}."), answer=target)
+            yield Task(
+                id=f"{split}-{seed}-{i}",
+                env=self.name,
+                task_type=self.task_type,
+                messages=_user(f"Reach {target}."),
+                answer=target,
+            )
 
     def reset(self, task: Task) -> dict[str, Any]:
         return {"total": 0, "turns": 0}
@@ -151,7 +166,7 @@ class ToyFaulty(Environment):
             return Reward(value=1.0, info={"fn": lambda: None})
         if response.startswith("child:"):
             child = subprocess.Popen(["sleep", "300"])
-            with open(response[len("child:"):], "w") as handle:
+            with open(response[len("child:") :], "w") as handle:
                 handle.write(str(child.pid))
             time.sleep(3600)
         return Reward(value=1.0)

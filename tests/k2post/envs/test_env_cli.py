@@ -1,4 +1,4 @@
-"""`k2post envs list|test`: tables, exit codes 0/1/2, one-line errors."""
+"""`k2post envs list|test` (pipelines/envs.py): tables, exit codes 0/1/2, one-line errors."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ def test_passing_golden_file_exits_0(capsys, isolated):
 
 def test_failing_case_exits_1_with_diff(capsys, tmp_path):
     path = tmp_path / "g.jsonl"
-    lines = [{"id": "good", "task": TASK, "response": "a", "expected": 1}, {"id": "bad", "task": TASK, "response": "b", "expected": 1}]
+    lines = [
+        {"id": "good", "task": TASK, "response": "a", "expected": 1},
+        {"id": "bad", "task": TASK, "response": "b", "expected": 1},
+    ]
     path.write_text("\n".join(json.dumps(line) for line in lines))
     assert main(["envs", "test", "toy_echo", "--golden", str(path)]) == 1
     out = capsys.readouterr().out
@@ -45,14 +48,17 @@ def test_failing_case_exits_1_with_diff(capsys, tmp_path):
     [
         (["envs", "test", "toy_ecko"], "unknown environment 'toy_ecko' (did you mean 'toy_echo'?)"),
         (["envs", "test", "toy_echo"], "no golden file for 'toy_echo' (pass --golden PATH)"),
-        (["envs", "test", "toy_echo", "toy_counter", "--golden", "x.jsonl"], "--golden needs exactly one environment NAME"),
+        (
+            ["envs", "test", "toy_echo", "toy_counter", "--golden", "x.jsonl"],
+            "--golden needs exactly one environment NAME",
+        ),
         (["envs", "test", "toy_echo", "--golden", "nope.jsonl"], "nope.jsonl: golden file not found"),
     ],
 )
 def test_errors_exit_2_with_one_line(capsys, args, message):
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("k2post: error: ") and message in err and err.count("\n") == 1
+    assert err.startswith("k2post envs: error: ") and message in err and err.count("\n") == 1
 
 
 def test_malformed_golden_exits_2(capsys, tmp_path):

@@ -22,7 +22,19 @@ def installed(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src") / "example_env_pkg"
     shutil.copytree(EXAMPLE_PKG, src)  # build in a copy: no build/ or egg-info in the repo
     target = tmp_path_factory.mktemp("site")
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", "--target", str(target), str(src)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-q",
+        "--target",
+        str(target),
+        str(src),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return target
@@ -31,7 +43,9 @@ def installed(tmp_path_factory) -> Path:
 def _k2post(*args: str, path: list[Path]) -> subprocess.CompletedProcess:
     """Run `k2post ARGS` from the repo root with PYTHONPATH = path (where the packages are)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in path), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "k2post.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "k2post.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
 
 
 def test_list_shows_the_entry_point_env(installed):
@@ -76,7 +90,7 @@ def test_duplicate_entry_point_name_is_a_clear_error(installed, tmp_path):
     dupe = _fake_dist(tmp_path / "dupe", "dupe-pkg", "echo_upper")
     proc = _k2post("envs", "list", path=[installed, dupe])
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("k2post: error: entry point 'echo_upper' (")
+    assert proc.stderr.startswith("k2post envs: error: entry point 'echo_upper' (")
     assert "environment name 'echo_upper' is already registered by " in proc.stderr
     assert "dupe-pkg" in proc.stderr or "k2post-example-env" in proc.stderr
 
@@ -88,4 +102,7 @@ def test_entry_point_clashing_with_a_builtin_is_a_clear_error(tmp_path):
     dupe = _fake_dist(tmp_path / "dupe", "clash-pkg", builtin)
     proc = _k2post("envs", "list", path=[dupe])
     assert proc.returncode == 2, proc.stdout
-    assert f"entry point {builtin!r} (dupe_env:Clone, from clash-pkg): environment name {builtin!r} is already registered by environments." in proc.stderr
+    assert (
+        f"entry point {builtin!r} (dupe_env:Clone, from clash-pkg): environment name {builtin!r} "
+        "is already registered by environments." in proc.stderr
+    )

@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 from k2post_toy_envs import FAULTY_ENVS
 
 from k2post.envs import ENTRY_POINT_GROUP, make_environment, registered_environments
-from k2post.envs.fuzz import CASES_RUN, check_reward, edge_cases, episode_checked, responses, score_checked, tool_messages
+from k2post.envs.fuzz import (
+    CASES_RUN,
+    check_reward,
+    edge_cases,
+    episode_checked,
+    responses,
+    score_checked,
+    tool_messages,
+)
 from k2post.envs.workers import RewardPool
 
 
@@ -28,7 +36,8 @@ def _fuzz_targets() -> list[str]:
     entry_names = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     ours = ("environments.", "k2post_toy_envs")
     return sorted(
-        name for name, cls in registered_environments().items()
+        name
+        for name, cls in registered_environments().items()
         if name not in FAULTY_ENVS and (cls.__module__.startswith(ours) or name in entry_names)
     )
 
@@ -43,7 +52,10 @@ TASKS_PER_ENV = 3
 
 def _settings(name: str):
     return settings(
-        max_examples=FEW_EXAMPLES.get(name, DEFAULT_EXAMPLES), deadline=None, derandomize=not RANDOM, database=None,
+        max_examples=FEW_EXAMPLES.get(name, DEFAULT_EXAMPLES),
+        deadline=None,
+        derandomize=not RANDOM,
+        database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
 

@@ -8,12 +8,25 @@ from pathlib import Path
 import pytest
 
 from k2post.envs import EnvironmentRegistryError
-from k2post.envs.golden import BUILTIN_GOLDEN_DIR, GoldenFileError, TaskRef, default_golden_path, load_golden, run_golden
+from k2post.envs.golden import (
+    BUILTIN_GOLDEN_DIR,
+    GoldenFileError,
+    TaskRef,
+    default_golden_path,
+    load_golden,
+    run_golden,
+)
 
 HERE = Path(__file__).resolve().parent
 ECHO_GOLDEN = HERE / "golden" / "toy_echo.jsonl"
 COUNTER_GOLDEN = HERE / "golden" / "toy_counter.jsonl"
-TASK = {"id": "t", "env": "toy_echo", "task_type": "toy", "messages": [{"role": "user", "content": "Repeat: a"}], "answer": "a"}
+TASK = {
+    "id": "t",
+    "env": "toy_echo",
+    "task_type": "toy",
+    "messages": [{"role": "user", "content": "Repeat: a"}],
+    "answer": "a",
+}
 
 
 def _write(tmp_path: Path, *lines: object) -> Path:
@@ -42,13 +55,34 @@ def test_task_refs_and_full_tasks_load():
         (["{not json"], "cases.jsonl:1: invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
         (["[1, 2]"], "cases.jsonl:1: a case must be a JSON object, got list"),
         ([{"id": "a", "task": TASK, "response": "a"}], "cases.jsonl:1: expected: Field required"),
-        ([{"id": "a", "task": TASK, "response": "a", "expected": "high"}], "cases.jsonl:1: expected: Input should be a valid number"),
-        ([{"id": "a", "task": TASK, "response": "a", "expected": 1, "tolerance": 0.1}], "cases.jsonl:1: tolerance: unknown key"),
-        ([{"id": "a", "task": {"seed": 0, "index": -1}, "response": "a", "expected": 1}], "cases.jsonl:1: task.index: Input should be greater than or equal to 0"),
-        ([{"id": "a", "task": {"id": "t", "env": "toy_echo"}, "response": "a", "expected": 1}], "cases.jsonl:1: task.task_type: Field required"),
-        ([{"id": "a", "task": TASK, "expected": 1}], "cases.jsonl:1: <top level>: give exactly one of `response` or `turns`"),
-        ([{"id": "a", "task": TASK, "response": "a", "expected": 1}, "", {"id": "a", "task": TASK, "response": "b", "expected": 0}],
-         "cases.jsonl:3: id: duplicate id 'a' (first on line 1)"),
+        (
+            [{"id": "a", "task": TASK, "response": "a", "expected": "high"}],
+            "cases.jsonl:1: expected: Input should be a valid number",
+        ),
+        (
+            [{"id": "a", "task": TASK, "response": "a", "expected": 1, "tolerance": 0.1}],
+            "cases.jsonl:1: tolerance: unknown key",
+        ),
+        (
+            [{"id": "a", "task": {"seed": 0, "index": -1}, "response": "a", "expected": 1}],
+            "cases.jsonl:1: task.index: Input should be greater than or equal to 0",
+        ),
+        (
+            [{"id": "a", "task": {"id": "t", "env": "toy_echo"}, "response": "a", "expected": 1}],
+            "cases.jsonl:1: task.task_type: Field required",
+        ),
+        (
+            [{"id": "a", "task": TASK, "expected": 1}],
+            "cases.jsonl:1: <top level>: give exactly one of `response` or `turns`",
+        ),
+        (
+            [
+                {"id": "a", "task": TASK, "response": "a", "expected": 1},
+                "",
+                {"id": "a", "task": TASK, "response": "b", "expected": 0},
+            ],
+            "cases.jsonl:3: id: duplicate id 'a' (first on line 1)",
+        ),
         ([""], "cases.jsonl: no cases"),
     ],
 )
@@ -71,7 +105,13 @@ def test_failures_are_reported_not_raised(tmp_path):
     path = _write(
         tmp_path,
         {"id": "off", "task": TASK, "response": "a", "expected": 0.5},
-        {"id": "breakdown", "task": TASK, "response": "a", "expected": 1, "expected_breakdown": {"exact": 0, "style": 1}},
+        {
+            "id": "breakdown",
+            "task": TASK,
+            "response": "a",
+            "expected": 1,
+            "expected_breakdown": {"exact": 0, "style": 1},
+        },
         {"id": "past-end", "task": {"seed": 0, "index": 99}, "response": "a", "expected": 1},
         {"id": "wrong-env", "task": {**TASK, "env": "math"}, "response": "a", "expected": 1},
         {"id": "bad-config", "task": TASK, "config": {"uper": 1}, "response": "a", "expected": 1},

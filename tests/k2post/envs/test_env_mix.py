@@ -19,8 +19,14 @@ def _mix(data):
     "envs, message",
     [
         ([{"name": "toy_ech"}], "mix.yaml: envs.0.name: unknown environment 'toy_ech' (did you mean 'toy_echo'?)"),
-        ([{"name": "toy_echo", "config": {"uper": True}}], "mix.yaml: envs.0: environment 'toy_echo': config.uper: unknown key (did you mean 'upper'?)"),
-        ([{"name": "toy_echo", "config": {"upper": "maybe"}}], "environment 'toy_echo': config.upper: Input should be a valid boolean"),
+        (
+            [{"name": "toy_echo", "config": {"uper": True}}],
+            "mix.yaml: envs.0: environment 'toy_echo': config.uper: unknown key (did you mean 'upper'?)",
+        ),
+        (
+            [{"name": "toy_echo", "config": {"upper": "maybe"}}],
+            "environment 'toy_echo': config.upper: Input should be a valid boolean",
+        ),
         ([{"name": "toy_echo", "weight": 0}], "mix.yaml: envs.0.weight: Input should be greater than 0"),
         ([{"name": "toy_echo", "wieght": 2}], "mix.yaml: envs.0.wieght: unknown key (did you mean 'weight'?)"),
         ([], "mix.yaml: envs: at least one environment is needed"),

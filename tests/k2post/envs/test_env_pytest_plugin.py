@@ -36,7 +36,13 @@ def test_param_ids_are_case_ids():
 
 
 def test_failure_message_names_file_line_case_and_diff(tmp_path):
-    task = {"id": "t", "env": "toy_echo", "task_type": "toy", "messages": [{"role": "user", "content": "x"}], "answer": "a"}
+    task = {
+        "id": "t",
+        "env": "toy_echo",
+        "task_type": "toy",
+        "messages": [{"role": "user", "content": "x"}],
+        "answer": "a",
+    }
     path = tmp_path / "g.jsonl"
     path.write_text(json.dumps({"id": "wrong-expectation", "task": task, "response": "a", "expected": 0.25}) + "\n")
     (param,) = golden_params("toy_echo", path)

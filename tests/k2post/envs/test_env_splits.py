@@ -9,7 +9,9 @@ from k2post.envs import make_environment
 from k2post.envs.splits import SPLITS, check_split, every_split, hash_split, split_of_bucket, unsupported_split
 
 
-@pytest.mark.parametrize("bucket,expected", [(0.0, "test"), (0.19, "test"), (0.2, "dev"), (0.29, "dev"), (0.31, "train"), (0.99, "train")])
+@pytest.mark.parametrize(
+    "bucket,expected", [(0.0, "test"), (0.19, "test"), (0.2, "dev"), (0.29, "dev"), (0.31, "train"), (0.99, "train")]
+)
 def test_split_of_bucket_table(bucket, expected):
     assert split_of_bucket(bucket, 0.2, 0.1) == expected
 
@@ -21,15 +23,25 @@ def test_hash_split_is_stable_and_shares_follow_the_fractions():
     assert abs(splits.count("test") / 4000 - 0.2) < 0.03 and abs(splits.count("dev") / 4000 - 0.1) < 0.03
 
 
-@pytest.mark.parametrize("every,expected", [(5, ["test", "dev", "train", "train", "train", "test", "dev"]),
-                                            (3, ["test", "dev", "train", "test", "dev", "train", "test"]),
-                                            (2, ["test", "train", "test", "train", "test", "train", "test"])])
+@pytest.mark.parametrize(
+    "every,expected",
+    [
+        (5, ["test", "dev", "train", "train", "train", "test", "dev"]),
+        (3, ["test", "dev", "train", "test", "dev", "train", "test"]),
+        (2, ["test", "train", "test", "train", "test", "train", "test"]),
+    ],
+)
 def test_every_split_table(every, expected):
     assert [every_split(i, every) for i in range(7)] == expected
 
 
-@pytest.mark.parametrize("split,needle", [("shifted", "toy: split 'shifted' is not supported by this environment"),
-                                          ("val", "toy: unknown split 'val' (known: train, dev, test, shifted)")])
+@pytest.mark.parametrize(
+    "split,needle",
+    [
+        ("shifted", "toy: split 'shifted' is not supported by this environment"),
+        ("val", "toy: unknown split 'val' (known: train, dev, test, shifted)"),
+    ],
+)
 def test_unsupported_split_messages(split, needle):
     assert str(unsupported_split("toy", split)).startswith(needle)
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
@@ -41,8 +53,12 @@ def _content(task) -> str:
     return task.messages[-1].content
 
 
-NO_SHIFT = [("instruction_following", {"test_size": 40, "dev_size": 40}), ("faithfulness", {}), ("code", {}),
-            ("self_critique", {})]
+NO_SHIFT = [
+    ("instruction_following", {"test_size": 40, "dev_size": 40}),
+    ("faithfulness", {}),
+    ("code", {}),
+    ("self_critique", {}),
+]
 
 
 @pytest.mark.parametrize("name,config", NO_SHIFT)
@@ -65,7 +81,10 @@ def test_shifted_is_a_one_line_error_naming_env_and_split(name, config):
 def test_critic_calibration_pairs_follow_the_sources_split():
     sources = [{"name": "math", "config": {"difficulty": 1}}]
     env = make_environment("critic_calibration", {"sources": sources})
-    questions = {split: {p.prompt[-1].content for p in env.reference_pairs(split, 0, 30)} for split in ("train", "dev", "shifted")}
+    questions = {
+        split: {p.prompt[-1].content for p in env.reference_pairs(split, 0, 30)}
+        for split in ("train", "dev", "shifted")
+    }
     math = make_environment("math", {"difficulty": 1})
     assert questions["dev"] <= {t.messages[-1].content for t in math.tasks("dev")}
     assert questions["shifted"] <= {t.messages[-1].content for t in math.tasks("shifted")}

@@ -116,12 +116,14 @@ def test_setup_timeout_is_reported():
 def test_multi_turn_items_replay_turns_and_score_states(pool):
     task = _task("toy_counter", index=1)  # target 4
     add = {"role": "assistant", "tool_calls": [{"id": "functions.add:0", "name": "add", "arguments": {"n": 4}}]}
-    replayed, single, state, wrong_kind = pool.score_batch([
-        ScoreItem("toy_counter", task, turns=[add, {"role": "assistant", "content": "done"}]),
-        ScoreItem("toy_counter", task, response="no tools"),
-        ScoreItem("toy_counter", task, state={"total": 4, "turns": 2}),
-        ScoreItem("toy_echo", _task("toy_echo"), turns=[add]),
-    ])
+    replayed, single, state, wrong_kind = pool.score_batch(
+        [
+            ScoreItem("toy_counter", task, turns=[add, {"role": "assistant", "content": "done"}]),
+            ScoreItem("toy_counter", task, response="no tools"),
+            ScoreItem("toy_counter", task, state={"total": 4, "turns": 2}),
+            ScoreItem("toy_echo", _task("toy_echo"), turns=[add]),
+        ]
+    )
     assert (replayed.value, single.value, state.value) == (1.0, -1.0, 1.0)
     assert wrong_kind.error == "TypeError: environment 'toy_echo' is single-turn: give a response, not turns"
 
@@ -168,7 +170,9 @@ def test_bad_pool_arguments():
 
 def test_math_verify_scores_in_workers(pool):
     task = _task("math")
-    rewards = pool.score_batch([("math", {}, task, f"So \\boxed{{{task.answer}}}"), ("math", {}, task, "\\boxed{\\frac{1}{0}}")])
+    rewards = pool.score_batch(
+        [("math", {}, task, f"So \\boxed{{{task.answer}}}"), ("math", {}, task, "\\boxed{\\frac{1}{0}}")]
+    )
     assert rewards[0].value == 1.0 and rewards[0].error is None
     assert rewards[1].value == 0.0 and rewards[1].error is None
 

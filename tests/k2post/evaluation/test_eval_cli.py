@@ -1,4 +1,5 @@
-"""`k2post eval`: model / run-dir resolution, env configs from flags and run configs, one-line errors, a real run."""
+"""`k2post eval` (pipelines/eval.py; k2post/evaluation/request.py): model / run-dir resolution, env configs from
+flags and run configs, one-line errors, a real run."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k2post.cli import build_parser
 from k2post.config.loader import ConfigError
-from k2post.evaluation.cli import build_eval_config, env_configs_from, resolve_model
+from k2post.evaluation.request import build_eval_config, env_configs_from, resolve_model
+from pipelines.eval import build_parser, request_from_args
 from proc_helpers import run_bounded
 
 REPO = Path(__file__).resolve().parents[3]
@@ -24,8 +25,8 @@ def _model_dir(path: Path) -> Path:
     return path
 
 
-def _args(*argv: str):
-    return build_parser().parse_args(["eval", *argv])
+def _request(*argv: str):
+    return request_from_args(build_parser().parse_args(list(argv)))
 
 
 def test_resolve_model_dir_run_dir_and_checkpoints(tmp_path):
@@ -42,7 +43,9 @@ def test_resolve_model_dir_run_dir_and_checkpoints(tmp_path):
     assert resolve_model(str(run / "final")) == (run / "final", run)
 
 
-@pytest.mark.parametrize("make,needle", [(lambda p: p, "holds no model"), (lambda p: p / "missing", "is not a directory")])
+@pytest.mark.parametrize(
+    "make,needle", [(lambda p: p, "holds no model"), (lambda p: p / "missing", "is not a directory")]
+)
 def test_resolve_model_errors(tmp_path, make, needle):
     with pytest.raises(FileNotFoundError, match=needle):
         resolve_model(str(make(tmp_path)))
@@ -60,27 +63,45 @@ def test_env_configs_from_run_config_or_plain_mapping():
 def test_run_dir_supplies_envs_budgets_and_turn_limits(tmp_path):
     run = tmp_path / "run"
     _model_dir(run / "final")
-    (run / "config.yaml").write_text(yaml.safe_dump({
-        "kind": "rl", "envs": [{"name": "math", "config": {"difficulty": 2}}, {"name": "tool_use", "config": {"max_turns": 3}}],
-        "budget": {"default_max_tokens": 40, "max_tokens": {"math": 16}, "penalty": "replace"},
-        "rollout": {"agentic": {"max_turns": 3, "max_episode_tokens": 300, "iteration_token_budget": 64}}}))
-    cfg = build_eval_config(_args(str(run), "--n", "5", "--seed", "7"))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "kind": "rl",
+                "envs": [
+                    {"name": "math", "config": {"difficulty": 2}},
+                    {"name": "tool_use", "config": {"max_turns": 3}},
+                ],
+                "budget": {"default_max_tokens": 40, "max_tokens": {"math": 16}, "penalty": "replace"},
+                "rollout": {"agentic": {"max_turns": 3, "max_episode_tokens": 300, "iteration_token_budget": 64}},
+            }
+        )
+    )
+    cfg = build_eval_config(_request(str(run), "--n", "5", "--seed", "7"))
     assert [e.name for e in cfg.envs] == ["math", "tool_use"] and cfg.envs[0].config["difficulty"] == 2
-    assert cfg.budget.budget_for("math") == 16 and cfg.budget.budget_for("tool_use") == 40 and cfg.budget.penalty == "none"
+    assert (
+        cfg.budget.budget_for("math") == 16 and cfg.budget.budget_for("tool_use") == 40 and cfg.budget.penalty == "none"
+    )
     assert cfg.agentic.max_turns == 3 and cfg.agentic.iteration_token_budget is None
     assert cfg.model_path == str(run / "final") and cfg.report_path == str(run / "eval" / "math+tool_use-n5-s7.json")
     override = tmp_path / "math.yaml"
     override.write_text("difficulty: 4\n")
-    cfg = build_eval_config(_args(str(run), "--env", "math", "--env-config", str(override), "--max-tokens", "20"))
-    assert [e.name for e in cfg.envs] == ["math"] and cfg.envs[0].config["difficulty"] == 4 and cfg.budget.budget_for("math") == 20
+    cfg = build_eval_config(_request(str(run), "--env", "math", "--env-config", str(override), "--max-tokens", "20"))
+    assert (
+        [e.name for e in cfg.envs] == ["math"]
+        and cfg.envs[0].config["difficulty"] == 4
+        and cfg.budget.budget_for("math") == 20
+    )
 
 
-@pytest.mark.parametrize("extra,needle", [
-    ([], "name at least one --env"),
-    (["--env", "maths"], "did you mean 'math'"),
-    (["--env", "math", "--env-config", "{cfg}"], "difficulty"),
-    (["--env", "math", "--samples", "4"], "temperature > 0"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        ([], "name at least one --env"),
+        (["--env", "maths"], "did you mean 'math'"),
+        (["--env", "math", "--env-config", "{cfg}"], "difficulty"),
+        (["--env", "math", "--samples", "4"], "temperature > 0"),
+    ],
+)
 def test_cli_errors_are_one_line(tmp_path, extra, needle):
     model = _model_dir(tmp_path / "m")
     bad = tmp_path / "bad.yaml"
@@ -88,18 +109,31 @@ def test_cli_errors_are_one_line(tmp_path, extra, needle):
     argv = [sys.executable, "-m", "k2post.cli", "eval", str(model), *[a.replace("{cfg}", str(bad)) for a in extra]]
     done = run_bounded(argv, timeout=120, cwd=REPO)
     assert done.returncode == 2, done.stderr
-    assert needle in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith("k2post eval: error: ") and needle in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
 def test_cli_runs_on_a_run_dir_and_writes_the_report(tiny_qwen2_dir, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(tiny_qwen2_dir, run / "final")
-    chain_sum = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
-    (run / "config.yaml").write_text(yaml.safe_dump({
-        "kind": "rl", "envs": [{"name": "reasoning_gym", "config": chain_sum}, {"name": "math", "config": {"difficulty": 1}}],
-        "budget": {"default_max_tokens": 8}, "rollout": {"agentic": {"max_turns": 1, "max_turn_tokens": 32, "max_episode_tokens": 64}}}))
-    done = run_bounded([sys.executable, "-m", "k2post.cli", "eval", str(run), "--n", "4", "--seed", "2"], timeout=600, cwd=REPO)
+    chain_sum = {
+        "dataset": "chain_sum",
+        "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+    }
+    (run / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "kind": "rl",
+                "envs": [{"name": "reasoning_gym", "config": chain_sum}, {"name": "math", "config": {"difficulty": 1}}],
+                "budget": {"default_max_tokens": 8},
+                "rollout": {"agentic": {"max_turns": 1, "max_turn_tokens": 32, "max_episode_tokens": 64}},
+            }
+        )
+    )
+    done = run_bounded(
+        [sys.executable, "-m", "k2post.cli", "eval", str(run), "--n", "4", "--seed", "2"], timeout=600, cwd=REPO
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     report = json.loads((run / "eval" / "reasoning_gym+math-n4-s2.json").read_text())
     assert set(report["envs"]) == {"reasoning_gym", "math"} and all(m["n"] == 4 for m in report["envs"].values())
@@ -110,28 +144,38 @@ def test_cli_runs_on_a_run_dir_and_writes_the_report(tiny_qwen2_dir, tmp_path):
 def test_a_run_config_as_env_config_supplies_budgets_for_a_plain_model(tmp_path):
     model = _model_dir(tmp_path / "sft_final")
     rl = tmp_path / "rl.yaml"
-    rl.write_text(yaml.safe_dump({"kind": "rl", "envs": [{"name": "math", "config": {"difficulty": 3}}],
-                                  "budget": {"default_max_tokens": 30, "max_tokens": {"math": 12}},
-                                  "rollout": {"agentic": {"max_turns": 2, "max_turn_tokens": 64, "max_episode_tokens": 200}}}))
-    cfg = build_eval_config(_args(str(model), "--env", "math", "--env-config", str(rl)))
+    rl.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "rl",
+                "envs": [{"name": "math", "config": {"difficulty": 3}}],
+                "budget": {"default_max_tokens": 30, "max_tokens": {"math": 12}},
+                "rollout": {"agentic": {"max_turns": 2, "max_turn_tokens": 64, "max_episode_tokens": 200}},
+            }
+        )
+    )
+    cfg = build_eval_config(_request(str(model), "--env", "math", "--env-config", str(rl)))
     assert cfg.envs[0].config["difficulty"] == 3 and cfg.budget.budget_for("math") == 12 and cfg.agentic.max_turns == 2
     assert cfg.report_path == str(model / "eval" / "math-n64-s0.json")
-    cfg = build_eval_config(_args(str(model), "--env-config", str(rl)))  # no --env: the run config's envs
+    cfg = build_eval_config(_request(str(model), "--env-config", str(rl)))  # no --env: the run config's envs
     assert [e.name for e in cfg.envs] == ["math"] and cfg.envs[0].config["difficulty"] == 3
 
 
-@pytest.mark.parametrize("argv,split,name", [
-    ([], "test", "math-n5-s7.json"),
-    (["--split", "dev"], "dev", "math-n5-s7-dev.json"),
-    (["--split", "shifted"], "shifted", "math-n5-s7-shifted.json"),
-])
+@pytest.mark.parametrize(
+    "argv,split,name",
+    [
+        ([], "test", "math-n5-s7.json"),
+        (["--split", "dev"], "dev", "math-n5-s7-dev.json"),
+        (["--split", "shifted"], "shifted", "math-n5-s7-shifted.json"),
+    ],
+)
 def test_split_flag_reaches_the_config_and_the_report_path(tmp_path, argv, split, name):
     model = _model_dir(tmp_path / "m")
-    cfg = build_eval_config(_args(str(model), "--env", "math", "--n", "5", "--seed", "7", *argv))
+    cfg = build_eval_config(_request(str(model), "--env", "math", "--n", "5", "--seed", "7", *argv))
     assert cfg.split == split and cfg.report_path == str(model / "eval" / name)
 
 
 def test_unknown_split_flag_is_rejected(capsys):
     with pytest.raises(SystemExit):
-        _args("m", "--split", "holdout")
+        _request("m", "--split", "holdout")
     assert "invalid choice: 'holdout'" in capsys.readouterr().err

@@ -14,11 +14,15 @@ from k2post.chat.types import Message
 from k2post.envs.base import Reward
 from k2post.envs.mix import EnvEntryConfig
 from k2post.evaluation.config import EvalConfig
+from k2post.rollout.agentic import EpisodeOptions
 from k2post.evaluation.heldout import draw_tasks, episode_samples, eval_work, mean_accuracy, summarize
 from k2post.rl.config import BudgetConfig
 
 REPO = Path(__file__).resolve().parents[3]
-CHAIN_SUM = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
+CHAIN_SUM = {
+    "dataset": "chain_sum",
+    "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+}
 
 
 @pytest.mark.parametrize("name,config", [("math", {"difficulty": 1}), ("reasoning_gym", CHAIN_SUM), ("tool_use", {})])
@@ -37,10 +41,12 @@ def test_eval_work_ids_budgets_and_seeds():
     tasks = {"math": draw_tasks(env, "test", 2, 0)}
     budget = BudgetConfig(default_max_tokens=50, max_tokens={"math": 12})
     greedy = eval_work(tasks, budget, 0.0, 1, 0)
-    assert [opts for _, opts in greedy] == [{"id": f"eval/math/{t.id}/0", "temperature": 0.0, "max_tokens": 12} for t in tasks["math"]]
+    assert [opts for _, opts in greedy] == [
+        EpisodeOptions(id=f"eval/math/{t.id}/0", temperature=0.0, max_tokens=12) for t in tasks["math"]
+    ]
     sampled = eval_work(tasks, budget, 1.0, 3, 4)
-    assert len(sampled) == 6 and len({opts["seed"] for _, opts in sampled}) == 3
-    assert {opts["id"].rsplit("/", 1)[1] for _, opts in sampled} == {"0", "1", "2"}
+    assert len(sampled) == 6 and len({opts.seed for _, opts in sampled}) == 3
+    assert {opts.id.rsplit("/", 1)[1] for _, opts in sampled} == {"0", "1", "2"}
 
 
 @dataclass
@@ -50,32 +56,47 @@ class _Episode:
     loss_mask: list
 
 
-@pytest.mark.parametrize("values,truncated,threshold,accuracy,mean", [
-    ([1.0, 0.0, 1.0, 0.0], [False] * 4, 0.5, 0.5, 0.5),
-    ([0.6, 0.4, 0.5, 0.49], [True, False, False, False], 0.5, 0.5, 0.4975),
-    ([0.0, 0.0], [True, True], 0.5, 0.0, 0.0),
-    ([0.3, 0.3, 0.3], [False] * 3, 0.25, 1.0, 0.3),
-])
+@pytest.mark.parametrize(
+    "values,truncated,threshold,accuracy,mean",
+    [
+        ([1.0, 0.0, 1.0, 0.0], [False] * 4, 0.5, 0.5, 0.5),
+        ([0.6, 0.4, 0.5, 0.49], [True, False, False, False], 0.5, 0.5, 0.4975),
+        ([0.0, 0.0], [True, True], 0.5, 0.0, 0.0),
+        ([0.3, 0.3, 0.3], [False] * 3, 0.25, 1.0, 0.3),
+    ],
+)
 def test_summarize_tables(values, truncated, threshold, accuracy, mean):
     episodes = [_Episode("e", t, [0, 1, 1]) for t in truncated]
     rewards = [Reward(value=v, error="boom" if i == 0 else None) for i, v in enumerate(values)]
     out = summarize(episodes, rewards, threshold)["e"]
-    assert out["n"] == len(values) and out["accuracy"] == pytest.approx(accuracy) and out["mean_reward"] == pytest.approx(mean)
+    assert (
+        out["n"] == len(values)
+        and out["accuracy"] == pytest.approx(accuracy)
+        and out["mean_reward"] == pytest.approx(mean)
+    )
     assert out["truncation_rate"] == pytest.approx(sum(truncated) / len(truncated))
     assert out["response_tokens_mean"] == 2 and out["reward_errors"] == 1
 
 
 def test_summarize_keeps_envs_apart_and_mean_is_unweighted():
-    episodes = [_Episode("a", False, [1]), _Episode("b", False, [1]), _Episode("b", False, [1]), _Episode("b", False, [1])]
+    episodes = [
+        _Episode("a", False, [1]),
+        _Episode("b", False, [1]),
+        _Episode("b", False, [1]),
+        _Episode("b", False, [1]),
+    ]
     out = summarize(episodes, [Reward(value=1.0), Reward(value=0.0), Reward(value=0.0), Reward(value=0.0)], 0.5)
     assert out["a"]["accuracy"] == 1.0 and out["b"]["accuracy"] == 0.0 and mean_accuracy(out) == 0.5
 
 
-@pytest.mark.parametrize("raw,needle", [
-    ({"envs": [{"name": "math"}, {"name": "math"}]}, "each environment once"),
-    ({"temperature": 0.0, "samples_per_task": 3}, "temperature > 0"),
-    ({"budget": {"default_max_tokens": 5000}}, "max_episode_tokens"),
-])
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        ({"envs": [{"name": "math"}, {"name": "math"}]}, "each environment once"),
+        ({"temperature": 0.0, "samples_per_task": 3}, "temperature > 0"),
+        ({"budget": {"default_max_tokens": 5000}}, "max_episode_tokens"),
+    ],
+)
 def test_bad_eval_configs(raw, needle):
     with pytest.raises(ValueError, match=needle):
         EvalConfig(**raw)
@@ -90,8 +111,15 @@ def test_eval_matches_a_direct_greedy_chat_scored_in_process(tiny_qwen2_dir, tmp
 
     report_path = tmp_path / "report.json"
     engine_cfg = {"max_model_len": 512, "kv_cache_gib": 0.25, "max_num_seqs": 16}
-    cfg = EvalConfig(model_path=str(tiny_qwen2_dir), envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=6, seed=3,
-                     budget={"default_max_tokens": 8}, engine=engine_cfg, report_path=str(report_path))
+    cfg = EvalConfig(
+        model_path=str(tiny_qwen2_dir),
+        envs=[EnvEntryConfig(name="math", config={"difficulty": 1})],
+        n=6,
+        seed=3,
+        budget={"default_max_tokens": 8},
+        engine=engine_cfg,
+        report_path=str(report_path),
+    )
     report = evaluate(cfg)
     assert json.loads(report_path.read_text()) == report
     math = report["envs"]["math"]
@@ -106,7 +134,9 @@ def test_eval_matches_a_direct_greedy_chat_scored_in_process(tiny_qwen2_dir, tmp
         engine.close()
     direct = [env.score(t, turn.message.content or "").value for t, turn in zip(tasks, turns)]
     assert math["mean_reward"] == pytest.approx(sum(direct) / 6)
-    assert math["truncation_rate"] == pytest.approx(sum(turn.generation.finish_reason == "length" for turn in turns) / 6)
+    assert math["truncation_rate"] == pytest.approx(
+        sum(turn.generation.finish_reason == "length" for turn in turns) / 6
+    )
 
 
 DEMO_ENVS = {e["name"]: e["config"] for e in yaml.safe_load((REPO / "configs" / "rl_demo.yaml").read_text())["envs"]}
@@ -135,8 +165,17 @@ def test_evaluate_reports_its_split(monkeypatch, split):
     import k2post.evaluation.heldout as heldout
 
     def episodes(cfg, work):
-        return [SimpleNamespace(env_name=name, task=task, messages=[Message(role="assistant", content=f"\\boxed{{{task.answer}}}")],
-                                truncated=False, loss_mask=[1, 1], env_turns=[]) for (name, task), _ in work]
+        return [
+            SimpleNamespace(
+                env_name=name,
+                task=task,
+                messages=[Message(role="assistant", content=f"\\boxed{{{task.answer}}}")],
+                truncated=False,
+                loss_mask=[1, 1],
+                env_turns=[],
+            )
+            for (name, task), _ in work
+        ]
 
     class Pool:
         def __init__(self, **_):
@@ -153,21 +192,30 @@ def test_evaluate_reports_its_split(monkeypatch, split):
 
     monkeypatch.setattr(heldout, "run_episodes", episodes)
     monkeypatch.setattr(workers, "RewardPool", Pool)
-    report = heldout.evaluate(EvalConfig(envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=4, split=split))
+    report = heldout.evaluate(
+        EvalConfig(envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=4, split=split)
+    )
     assert report["split"] == split and report["envs"]["math"]["n"] == 4 and report["envs"]["math"]["accuracy"] == 1.0
     assert len(report["samples"]["math"]) == 3 and report["samples"]["math"][0]["reward"] == 1.0
 
 
 def test_episode_samples_show_the_first_transcripts_of_each_env_without_the_system_prompt():
     def episode(env, task_id, text):
-        messages = [Message(role="system", content="sys"), Message(role="user", content="q"), Message(role="assistant", content=text)]
+        messages = [
+            Message(role="system", content="sys"),
+            Message(role="user", content="q"),
+            Message(role="assistant", content=text),
+        ]
         return SimpleNamespace(env_name=env, task=SimpleNamespace(id=task_id), messages=messages)
 
     episodes = [episode("a", f"a{i}", f"reply {i}") for i in range(4)] + [episode("b", "b0", "only")]
     out = episode_samples(episodes, [Reward(value=i / 4) for i in range(5)], per_env=2)
     assert [s["task"] for s in out["a"]] == ["a0", "a1"] and [s["task"] for s in out["b"]] == ["b0"]
-    assert out["a"][1] == {"task": "a1", "reward": 0.25, "messages": [{"role": "user", "content": "q"},
-                                                                      {"role": "assistant", "content": "reply 1"}]}
+    assert out["a"][1] == {
+        "task": "a1",
+        "reward": 0.25,
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "reply 1"}],
+    }
 
 
 def test_eval_config_split_defaults_to_test_and_rejects_unknown_ones():

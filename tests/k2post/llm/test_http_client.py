@@ -71,8 +71,11 @@ def test_chat_result_has_finish_reason_usage_and_tools_sent():
 
 
 def test_structured_tool_calls_are_parsed():
-    call = {"id": "functions.get_weather:0", "type": "function",
-            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+    call = {
+        "id": "functions.get_weather:0",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
     server = Server(httpx.Response(200, json=_reply(None, tool_calls=[call])))
     message = _client(server).chat_result(USER).message
     assert message.content == ""
@@ -82,8 +85,10 @@ def test_structured_tool_calls_are_parsed():
 
 
 def test_k2_tool_call_tokens_in_text_are_parsed():
-    text = (f"Checking.{TOOL_CALLS_BEGIN}{TOOL_CALL_BEGIN}functions.get_weather:0{TOOL_CALL_ARG_BEGIN}"
-            f"{{\"city\": \"Paris\"}}{TOOL_CALL_END}{TOOL_CALLS_END}")
+    text = (
+        f"Checking.{TOOL_CALLS_BEGIN}{TOOL_CALL_BEGIN}functions.get_weather:0{TOOL_CALL_ARG_BEGIN}"
+        f'{{"city": "Paris"}}{TOOL_CALL_END}{TOOL_CALLS_END}'
+    )
     result = _client(Server(httpx.Response(200, json=_reply(text)))).chat_result(USER)
     assert result.raw_text == text and result.parse_errors == []
     assert result.message.content.strip() == "Checking."
@@ -98,8 +103,11 @@ def test_malformed_k2_tool_call_reports_parse_error_not_exception():
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503])
 def test_retryable_status_is_retried_with_exponential_backoff(status):
-    server = Server(httpx.Response(status, text="busy"), httpx.Response(status, text="busy"),
-                    httpx.Response(200, json=_reply("late")))
+    server = Server(
+        httpx.Response(status, text="busy"),
+        httpx.Response(status, text="busy"),
+        httpx.Response(200, json=_reply("late")),
+    )
     sleeps: list[float] = []
     assert _client(server, sleeps, max_retries=3).chat(USER) == "late"
     assert len(server.requests) == 3 and sleeps == [0.1, 0.2]

@@ -37,10 +37,22 @@ def _read_line_matching(process: subprocess.Popen, pattern: str, timeout_s: floa
 
 def test_cli_serve_starts_and_sigterm_stops_the_server(tiny_qwen2_dir, tmp_path):
     port = free_port()
-    command = [sys.executable, "-m", "k2post.cli", "serve", str(tiny_qwen2_dir), "--port", str(port),
-               "--max-model-len", "256", "--log", str(tmp_path / "server.log")]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True,
-                               env={**os.environ, "K2POST_API_KEY": ""})
+    command = [
+        sys.executable,
+        "-m",
+        "k2post.cli",
+        "serve",
+        str(tiny_qwen2_dir),
+        "--port",
+        str(port),
+        "--max-model-len",
+        "256",
+        "--log",
+        str(tmp_path / "server.log"),
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, start_new_session=True, env={**os.environ, "K2POST_API_KEY": ""}
+    )
     server_pid = None
     try:
         match = _read_line_matching(process, r"at (http://127\.0\.0\.1:\d+/v1) \(pid (\d+)", STARTUP_TIMEOUT_S)

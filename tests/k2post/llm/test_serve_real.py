@@ -25,8 +25,12 @@ MAX_TOKENS = 8
 @pytest.fixture(scope="module")
 def server(tiny_qwen2_dir, tmp_path_factory):
     cfg = ServeConfig(
-        model_dir=str(tiny_qwen2_dir), port=0, api_key=API_KEY, served_model_name="tiny",
-        max_model_len=512, startup_timeout_s=150,
+        model_dir=str(tiny_qwen2_dir),
+        port=0,
+        api_key=API_KEY,
+        served_model_name="tiny",
+        max_model_len=512,
+        startup_timeout_s=150,
         log_path=str(tmp_path_factory.mktemp("serve") / "server.log"),
     )
     handle = start_server(cfg)

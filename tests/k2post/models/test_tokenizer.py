@@ -51,9 +51,7 @@ def test_vocab_size_and_special_tokens(tok: PreTrainedTokenizerFast) -> None:
 @pytest.mark.parametrize("token", SPECIAL_TOKENS)
 def test_special_token_is_one_id(tok: PreTrainedTokenizerFast, token: str) -> None:
     assert tok(token, add_special_tokens=False).input_ids == [SPECIAL_TOKENS.index(token)]
-    assert tok(f"a{token}b", add_special_tokens=False).input_ids[1:-1] == [
-        SPECIAL_TOKENS.index(token)
-    ]
+    assert tok(f"a{token}b", add_special_tokens=False).input_ids[1:-1] == [SPECIAL_TOKENS.index(token)]
 
 
 def test_no_bos_added(tok: PreTrainedTokenizerFast) -> None:
@@ -126,14 +124,10 @@ def test_save_and_reload(tok: PreTrainedTokenizerFast, saved_dir: Path) -> None:
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello", "reasoning_content": "greet"},
     ]
-    assert loaded.apply_chat_template(dialogue, tokenize=False) == tok.apply_chat_template(
-        dialogue, tokenize=False
-    )
+    assert loaded.apply_chat_template(dialogue, tokenize=False) == tok.apply_chat_template(dialogue, tokenize=False)
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=60))
 def test_any_text_round_trips(tok: PreTrainedTokenizerFast, text: str) -> None:
     """Decoding gives back the text up to NFC normalization (the Qwen2-style normalizer)."""
@@ -142,9 +136,7 @@ def test_any_text_round_trips(tok: PreTrainedTokenizerFast, text: str) -> None:
     assert all(0 <= token_id < len(tok) for token_id in ids)
 
 
-@pytest.mark.parametrize(
-    "text", [bytes(range(1, 128)).decode("ascii"), "\x00", "\u200b\ufeff", "a" * 3000, " " * 17]
-)
+@pytest.mark.parametrize("text", [bytes(range(1, 128)).decode("ascii"), "\x00", "\u200b\ufeff", "a" * 3000, " " * 17])
 def test_awkward_text_round_trips(tok: PreTrainedTokenizerFast, text: str) -> None:
     assert tok.decode(tok(text, add_special_tokens=False).input_ids) == text
 

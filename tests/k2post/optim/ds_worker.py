@@ -49,16 +49,41 @@ def build_small(kind: str) -> nn.Module:
 
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     if kind == "qwen2":
-        config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, intermediate_size=128, rope_parameters=rope,
-                             max_position_embeddings=64, tie_word_embeddings=False)
+        config = Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            rope_parameters=rope,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+        )
     elif kind == "k2":
-        config = DeepseekV3Config(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                  num_key_value_heads=2, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
-                                  qk_rope_head_dim=8, v_head_dim=16, intermediate_size=128,
-                                  moe_intermediate_size=32, first_k_dense_replace=1, n_shared_experts=1,
-                                  n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
-                                  rope_parameters=rope, max_position_embeddings=64, tie_word_embeddings=False)
+        config = DeepseekV3Config(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            first_k_dense_replace=1,
+            n_shared_experts=1,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            rope_parameters=rope,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+        )
     else:
         raise ValueError(f"unknown model kind {kind!r}; known: {MODELS}")
     with torch.random.fork_rng(devices=[]):
@@ -218,8 +243,13 @@ def ds_config(stage: int) -> dict:
     zero = {"stage": stage}
     if stage == 3:
         zero["stage3_param_persistence_threshold"] = 1000
-    return {"train_micro_batch_size_per_gpu": BATCH // 2, "gradient_accumulation_steps": 1,
-            "gradient_clipping": 0.0, "zero_optimization": zero, "steps_per_print": 10**9}
+    return {
+        "train_micro_batch_size_per_gpu": BATCH // 2,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 0.0,
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+    }
 
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -233,7 +263,7 @@ def run_case(kind: str, stage: int, out_dir: Path, rank: int) -> None:
     from k2post.optim.qk_clip import MaxLogitRecorder
 
     t0 = time.time()
-    ids = fixed_batch()[rank * BATCH // 2:(rank + 1) * BATCH // 2]
+    ids = fixed_batch()[rank * BATCH // 2 : (rank + 1) * BATCH // 2]
     engine, optimizer = deepspeed_initialize(build_small(kind), optim_config(), ds_config(stage))
     recorder = MaxLogitRecorder().attach(engine.module)
     audit = StepAudit(optimizer, optim_config())
@@ -272,8 +302,10 @@ def _checkpoint_round_trip(engine, ids: torch.Tensor, ckpt: Path, stage: int, re
 def write_references(out: Path, kinds: list[str]) -> None:
     """The single-process runs, in a fresh process with one thread like the ranks: a pytest process
     may have had its thread pool rebound by an earlier in-process engine, which changes reductions."""
-    refs = {kind: {"micro": reference_run(kind, 2), "full": reference_run(kind, 1), "init": _snapshot(build_small(kind))}
-            for kind in kinds}
+    refs = {
+        kind: {"micro": reference_run(kind, 2), "full": reference_run(kind, 1), "init": _snapshot(build_small(kind))}
+        for kind in kinds
+    }
     out.mkdir(parents=True, exist_ok=True)
     torch.save(refs, out / "refs.pt")
 
@@ -283,7 +315,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stages", default="0,1,2,3")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--reference", action="store_true", help="write the single-process references to OUT/refs.pt instead")
+    parser.add_argument(
+        "--reference", action="store_true", help="write the single-process references to OUT/refs.pt instead"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.reference:

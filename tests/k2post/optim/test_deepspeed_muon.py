@@ -92,8 +92,9 @@ def test_row_segments_cover_rows_across_ranks():
     slots = zero12_slots([f"p{i}" for i in range(len(SHAPES))], SHAPES, offsets, total // WORLD, WORLD)
     slot = next(s for s in slots if len({p.rank for p in s.pieces}) == WORLD)
     rows = slice(1, slot.shape[0] - 1)
-    covered = sorted((param_offset, numel) for rank in range(WORLD)
-                     for _, param_offset, numel in row_segments(slot, rows, rank))
+    covered = sorted(
+        (param_offset, numel) for rank in range(WORLD) for _, param_offset, numel in row_segments(slot, rows, rank)
+    )
     row_numel = slot.numel // slot.shape[0]
     assert covered[0][0] == rows.start * row_numel
     assert sum(numel for _, numel in covered) == (rows.stop - rows.start) * row_numel
@@ -179,8 +180,9 @@ def _make_rank(model: nn.Module, cfg: OptimConfig, stage: int, rank: int, gather
 def _rank_step(optimizer: ZeroMuonClip, flats: list[BoundFlat], grads: dict[str, torch.Tensor]) -> None:
     """Give each flat its gradient partition, then step."""
     for bound in flats:
-        parts = partition_tensors(bound.layout.slots, [grads[s.name] for s in bound.layout.slots],
-                                  bound.layout.partition_numel, WORLD)
+        parts = partition_tensors(
+            bound.layout.slots, [grads[s.name] for s in bound.layout.slots], bound.layout.partition_numel, WORLD
+        )
         bound.flat.grad = parts[bound.layout.rank]
     optimizer.step()
 
@@ -254,7 +256,9 @@ def test_simulated_fused_gate_up_equals_separate_gate_and_up(stage):
     split = [{"gate_proj": g["gate_up_proj"][:, :4], "up_proj": g["gate_up_proj"][:, 4:]} for g in grads]
     got, _ = _run_simulated(fused, cfg, stage, grads)
     want, _ = _run_simulated(separate, cfg, stage, split)
-    torch.testing.assert_close(got["gate_up_proj"], torch.cat([want["gate_proj"], want["up_proj"]], dim=1), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got["gate_up_proj"], torch.cat([want["gate_proj"], want["up_proj"]], dim=1), rtol=0, atol=1e-6
+    )
     joint = OptimConfig(lr=0.02, weight_decay=0.1, fused_row_splits={})
     got_joint, _ = _run_simulated(fused, joint, stage, grads)
     assert (got_joint["gate_up_proj"] - got["gate_up_proj"]).abs().max() > 1e-3  # joint NS really differs
@@ -266,8 +270,11 @@ def test_simulated_qk_row_scales_hit_masters():
     model = TinyNet()
     cfg = OptimConfig()
     _, ranks = _run_simulated(model, cfg, 2, [])
-    plan = [RowScale("a.weight", slice(2, 7), 0.5), RowScale("a.bias", slice(2, 7), 0.5),
-            RowScale("b.weight", slice(0, 3), 0.25)]
+    plan = [
+        RowScale("a.weight", slice(2, 7), 0.5),
+        RowScale("a.bias", slice(2, 7), 0.5),
+        RowScale("b.weight", slice(0, 3), 0.25),
+    ]
     for optimizer, _ in ranks:
         optimizer.scale_rows_(copy.deepcopy(model), plan)  # the model copy is synced by apply_row_scales
     expected = copy.deepcopy(model)
@@ -314,14 +321,29 @@ def _launch(out_dir: Path) -> list[tuple[subprocess.Popen, Path]]:
     kills exactly what we started)."""
     port, procs = _free_port(), []
     for rank in (*range(WORLD), "ref"):
-        env = dict(clean_child_env(), DS_ACCELERATOR="cpu", TORCHDYNAMO_DISABLE="1", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank),
-                   OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+        env = dict(
+            clean_child_env(),
+            DS_ACCELERATOR="cpu",
+            TORCHDYNAMO_DISABLE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(WORLD),
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        )
         log = out_dir / f"rank{rank}.log"
         extra = ["--reference"] if rank == "ref" else []
         with open(log, "w") as handle:
-            proc = subprocess.Popen([sys.executable, str(WORKER), "--out", str(out_dir), *extra], env=env, cwd=REPO,
-                                    stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, str(WORKER), "--out", str(out_dir), *extra],
+                env=env,
+                cwd=REPO,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         procs.append((proc, log))
     return procs
 

@@ -115,10 +115,10 @@ def test_orthogonalize_keeps_dtype_and_input() -> None:
 def test_update_rms_close_to_0_2(shape: tuple[int, int]) -> None:
     """RMS(O) = 0.2 * sqrt(mean s'^2); measured 0.173-0.191 here: 5 bf16 steps leave s' in ~[0.68, 1.2]."""
     M = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    O = muon_update(M, ns_steps=5, eps=1e-7, rms_scale=0.2)
-    assert 0.165 < _rms(O) < 0.215
+    ortho = muon_update(M, ns_steps=5, eps=1e-7, rms_scale=0.2)
+    assert 0.165 < _rms(ortho) < 0.215
     s = torch.linalg.svdvals(orthogonalize(M))
-    assert _rms(O) == pytest.approx(0.2 * s.pow(2).mean().sqrt().item(), rel=1e-3)
+    assert _rms(ortho) == pytest.approx(0.2 * s.pow(2).mean().sqrt().item(), rel=1e-3)
 
 
 @pytest.mark.parametrize("shape", [(64, 64), (128, 512), (512, 128)])
@@ -146,8 +146,15 @@ def test_muon_matches_torch_muon(shapes: list[tuple[int, int]], weight_decay: fl
     theirs = _clone(ours)
     cfg = OptimConfig(lr=0.02, weight_decay=weight_decay, ns_dtype="bfloat16")
     opt = MuonClip([{"params": ours, "use_muon": True}], cfg)
-    ref = torch.optim.Muon(theirs, lr=0.02, weight_decay=weight_decay, momentum=0.95, nesterov=True,
-                           ns_steps=5, adjust_lr_fn="match_rms_adamw")
+    ref = torch.optim.Muon(
+        theirs,
+        lr=0.02,
+        weight_decay=weight_decay,
+        momentum=0.95,
+        nesterov=True,
+        ns_steps=5,
+        adjust_lr_fn="match_rms_adamw",
+    )
     for step in range(4):
         _set_grads([ours, theirs], step)
         opt.step()
@@ -160,9 +167,12 @@ def test_muon_matches_torch_muon(shapes: list[tuple[int, int]], weight_decay: fl
 def test_muon_without_nesterov_matches_torch() -> None:
     ours = _params([(48, 80)])
     theirs = _clone(ours)
-    opt = MuonClip([{"params": ours, "use_muon": True}], OptimConfig(lr=0.01, nesterov=False, momentum=0.9, ns_dtype="bfloat16"))
-    ref = torch.optim.Muon(theirs, lr=0.01, weight_decay=0.1, momentum=0.9, nesterov=False,
-                           adjust_lr_fn="match_rms_adamw")
+    opt = MuonClip(
+        [{"params": ours, "use_muon": True}], OptimConfig(lr=0.01, nesterov=False, momentum=0.9, ns_dtype="bfloat16")
+    )
+    ref = torch.optim.Muon(
+        theirs, lr=0.01, weight_decay=0.1, momentum=0.9, nesterov=False, adjust_lr_fn="match_rms_adamw"
+    )
     for step in range(3):
         _set_grads([ours, theirs], step)
         opt.step()
@@ -170,8 +180,15 @@ def test_muon_without_nesterov_matches_torch() -> None:
     torch.testing.assert_close(ours[0], theirs[0])
 
 
-@pytest.mark.parametrize("setting,device,expected", [("auto", "cpu", torch.float32), ("auto", "cuda", torch.bfloat16),
-                                                     ("bfloat16", "cpu", torch.bfloat16), ("float32", "cuda", torch.float32)])
+@pytest.mark.parametrize(
+    "setting,device,expected",
+    [
+        ("auto", "cpu", torch.float32),
+        ("auto", "cuda", torch.bfloat16),
+        ("bfloat16", "cpu", torch.bfloat16),
+        ("float32", "cuda", torch.float32),
+    ],
+)
 def test_ns_compute_dtype(setting: str, device: str, expected: torch.dtype) -> None:
     assert ns_compute_dtype(setting, torch.device(device)) == expected
 
@@ -181,7 +198,9 @@ def test_fp32_ns_step_is_torch_muon_within_bf16_rounding() -> None:
     ours = _params(SHAPE_SETS["mixed+batched"])
     theirs = _clone(ours)
     opt = MuonClip([{"params": ours, "use_muon": True}], OptimConfig(lr=0.02, weight_decay=0.1))
-    ref = torch.optim.Muon(theirs, lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw")
+    ref = torch.optim.Muon(
+        theirs, lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw"
+    )
     before = _clone(ours)
     _set_grads([ours, theirs], 0)
     opt.step()
@@ -388,8 +407,10 @@ def test_none_grads_are_skipped_and_state_kept() -> None:
     opt = build_optimizer(model, OptimConfig(lr=1e-2))
     _train(model, opt, range(1))
     frozen = [model.proj.weight, model.norm.weight]
-    before = {id(p): (p.detach().clone(), {k: v.clone() if torch.is_tensor(v) else v for k, v in opt.state[p].items()})
-              for p in frozen}
+    before = {
+        id(p): (p.detach().clone(), {k: v.clone() if torch.is_tensor(v) else v for k, v in opt.state[p].items()})
+        for p in frozen
+    }
     ids = torch.randint(0, 32, (8,))
     opt.zero_grad()
     model(ids).backward()
@@ -491,8 +512,11 @@ def test_fused_gate_up_halves_each_get_the_target_update_rms() -> None:
 
 @pytest.mark.parametrize(
     "name,shape,splits",
-    [("model.layers.1.mlp.experts.gate_up_proj", (4, 64, 32), 2), ("model.layers.1.mlp.experts.down_proj", (4, 32, 32), 1),
-     ("model.layers.0.mlp.gate_proj.weight", (64, 32), 1)],
+    [
+        ("model.layers.1.mlp.experts.gate_up_proj", (4, 64, 32), 2),
+        ("model.layers.1.mlp.experts.down_proj", (4, 32, 32), 1),
+        ("model.layers.0.mlp.gate_proj.weight", (64, 32), 1),
+    ],
 )
 def test_row_splits_table(name, shape, splits) -> None:
     assert row_splits(name, shape, OptimConfig()) == splits

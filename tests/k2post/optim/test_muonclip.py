@@ -31,7 +31,7 @@ def test_step_then_clip(enabled):
     model = _tiny_qwen2()
     batch = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
     tau = 0.5 * _max_logit(model, batch)  # low enough that some heads clip
-    cfg = OptimConfig(lr=1e-3, qk_clip=QKClipConfig(enabled=enabled, tau=tau))
+    cfg = OptimConfig(lr=1e-3, qk_clip=QKClipConfig(enabled=enabled, logit_threshold=tau))
     optimizer, qk_clip = build_muonclip(model, cfg)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     model(input_ids=batch, labels=batch).loss.backward()

@@ -195,7 +195,7 @@ def test_recorder_with_gradients_and_eager_model(tiny_qwen2_dir):
 def test_qkclip_disabled_records_nothing(tiny_qwen2_dir):
     model = load_causal_lm(tiny_qwen2_dir)
     before = _snapshot(model)
-    clip = QKClip(model, QKClipConfig(enabled=False, tau=1e-3))
+    clip = QKClip(model, QKClipConfig(enabled=False, logit_threshold=1e-3))
     assert model.config._attn_implementation == "sdpa"
     with torch.no_grad():
         model(**_batch())
@@ -311,7 +311,7 @@ def test_qkclip_after_step_clips_and_resets(tiny_qwen2_dir):
     _boost_qwen2_head(model, 2, 0, 6.0)
     batch = _batch(seed=10)
     tau = _tau_between(_recorded(model, batch), 2, 0)
-    with QKClip(model, QKClipConfig(tau=tau)) as clip:
+    with QKClip(model, QKClipConfig(logit_threshold=tau)) as clip:
         with torch.no_grad():
             model(**batch)
         stats = clip.after_step()
@@ -377,7 +377,9 @@ def test_reduce_per_head_max_over_ranks(tmp_path):
 
 
 def _recorded_padded(model, rows: list[list[int]], pad: int, pad_id: int, real_tokens: bool) -> dict[int, torch.Tensor]:
-    """S_max of one forward over `rows` right-padded by `pad` extra tokens, no attention mask (the RL trainer's call)."""
+    """S_max of one forward over `rows` right-padded by `pad` extra tokens, no attention mask (the RL trainer's
+    call).
+    """
     width = max(map(len, rows)) + pad
     ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
     valid = torch.arange(width)[None, :] < torch.tensor([len(r) for r in rows])[:, None]
@@ -412,7 +414,9 @@ def test_packed_sft_padding_block_never_enters_s_max(tiny_qwen2_dir):
     from k2post.sft.packing import Example, build_row, collate, model_inputs
 
     model = load_causal_lm(tiny_qwen2_dir).eval()
-    examples = [Example(tuple((11 * i + t) % 400 + 20 for t in range(n)), (1,) * n, i, f"e{i}") for i, n in enumerate([6, 9, 4])]
+    examples = [
+        Example(tuple((11 * i + t) % 400 + 20 for t in range(n)), (1,) * n, i, f"e{i}") for i, n in enumerate([6, 9, 4])
+    ]
     short, long = build_row(examples[:1]), build_row(examples[1:])
 
     def smax(rows):
@@ -421,14 +425,20 @@ def test_packed_sft_padding_block_never_enters_s_max(tiny_qwen2_dir):
             with recording_real_tokens(rec, batch["token_valid"]):
                 model(**model_inputs(batch))
             return rec.per_head()
+
     alone = [smax([short]), smax([long])]
     together = smax([short, long])  # the short row gets a 7-token padding block
     for layer in together:
-        torch.testing.assert_close(together[layer], torch.maximum(alone[0][layer], alone[1][layer]), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            together[layer], torch.maximum(alone[0][layer], alone[1][layer]), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_real_token_mask_of_the_wrong_shape_is_a_clear_error(tiny_qwen2_dir):
     model = load_causal_lm(tiny_qwen2_dir).eval()
     with MaxLogitRecorder().attach(model) as rec, torch.no_grad():
-        with recording_real_tokens(rec, torch.ones(2, 5, dtype=torch.bool)), pytest.raises(ValueError, match="real_tokens mask"):
+        with (
+            recording_real_tokens(rec, torch.ones(2, 5, dtype=torch.bool)),
+            pytest.raises(ValueError, match="real_tokens mask"),
+        ):
             model(input_ids=torch.ones(2, 6, dtype=torch.long), use_cache=False)

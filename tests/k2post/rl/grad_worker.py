@@ -40,12 +40,22 @@ def config(model_dir: str, ptx_dir: str, stage: int):
     from k2post.config.loader import validate_config
     from k2post.rl.run_config import RLConfig
 
-    raw = {"model": {"path": model_dir, "flavor": None}, "envs": [{"name": "math"}],
-           "rollout": {"samples_per_prompt": K, "agentic": {"max_turn_tokens": 32, "max_episode_tokens": 64}},
-           "budget": {"default_max_tokens": 32},
-           "loss": {"groups_per_step": GROUPS, "micro_batch_size": MICRO, "tau": TAU, "ptx_coef": PTX_COEF,
-                    "ptx_data": ptx_dir, "ptx_rows_per_step": PTX_ROWS},
-           "optim": {"lr": 0.01}, "trainer": {"world_size": WORLD, "zero_stage": stage}}
+    raw = {
+        "model": {"path": model_dir, "flavor": None},
+        "envs": [{"name": "math"}],
+        "rollout": {"samples_per_prompt": K, "agentic": {"max_turn_tokens": 32, "max_episode_tokens": 64}},
+        "budget": {"default_max_tokens": 32},
+        "loss": {
+            "groups_per_step": GROUPS,
+            "micro_batch_size": MICRO,
+            "tau": TAU,
+            "ptx_coef": PTX_COEF,
+            "ptx_data": ptx_dir,
+            "ptx_rows_per_step": PTX_ROWS,
+        },
+        "optim": {"lr": 0.01},
+        "trainer": {"world_size": WORLD, "zero_stage": stage},
+    }
     return validate_config(RLConfig, raw, "grad_worker")
 
 
@@ -76,7 +86,9 @@ def ptx_batches(model_dir: str, ptx_dir: str, pad_id: int):
 
     data_cfg = SFTDataConfig(path=ptx_dir, eval_fraction=0.0, packing=False, max_seq_len=2048)
     data = load_sft_data(data_cfg, load_tokenizer(model_dir))
-    chosen = select_ptx_rows(data.train, ptx_row_domains(ptx_dir, data.report.rows), [], config(model_dir, ptx_dir, 1).seed)
+    chosen = select_ptx_rows(
+        data.train, ptx_row_domains(ptx_dir, data.report.rows), [], config(model_dir, ptx_dir, 1).seed
+    )
     packed = pack_examples(chosen, 2048, False)
     out = []
     for rank in range(WORLD):

@@ -11,8 +11,18 @@ from k2post.rl.losses import k15_loss
 
 
 def _sample(group: str, index: int, reward: float, truncated: bool = False, tokens: int = 3) -> rb.Sample:
-    return rb.Sample(group, index, "math", "math", f"t-{group}", [1] * (2 + tokens), [0, 0] + [1] * tokens, reward,
-                     truncated, "env_done")
+    return rb.Sample(
+        group,
+        index,
+        "math",
+        "math",
+        f"t-{group}",
+        [1] * (2 + tokens),
+        [0, 0] + [1] * tokens,
+        reward,
+        truncated,
+        "env_done",
+    )
 
 
 def test_groups_complete_across_iterations_in_completion_order():
@@ -73,7 +83,9 @@ def test_per_sequence_split_equals_grouped_k15_loss():
     world, gas = 2, 3
     shards = rb.shard_for_ranks(list(range(groups * k)), world)
     scale = rb.micro_loss_scale(groups * k, world, gas)
-    per_rank = [sum(float(residual[i]) for i in shard) * scale / gas for shard in shards]  # DS: / gas, then mean over ranks
+    per_rank = [
+        sum(float(residual[i]) for i in shard) * scale / gas for shard in shards
+    ]  # DS: / gas, then mean over ranks
     assert sum(per_rank) / world == pytest.approx(float(reference), rel=1e-6)
 
 
@@ -89,7 +101,9 @@ def test_step_sequences_shards_and_padding():
     assert ids == [[1, 2, 3], [4, 9, 9]] and masks == [[0, 1, 1], [1, 0, 0]]
 
 
-@pytest.mark.parametrize("lengths,size,expected_pad", [([3, 900, 4, 880, 5, 870], 2, 1 + 865 + 20), ([10, 10, 10], 3, 0)])
+@pytest.mark.parametrize(
+    "lengths,size,expected_pad", [([3, 900, 4, 880, 5, 870], 2, 1 + 865 + 20), ([10, 10, 10], 3, 0)]
+)
 def test_by_length_micro_batches_pad_little_and_keep_every_row(lengths, size, expected_pad):
     rows = [rb.TrainSequence(list(range(n)), [1] * n, float(i), f"g/{i}") for i, n in enumerate(lengths)]
     batches = rb.micro_batches(rb.by_length(rows), size)

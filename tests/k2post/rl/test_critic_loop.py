@@ -42,12 +42,18 @@ def test_group_of_and_final_text():
     assert final_text(_Episode("g/0", [Message(role="user", content="q")])) == ""
 
 
-@pytest.mark.parametrize("parts,expected", [
-    ([{"critic/calls": 4, "critic/tie_rate": 0.5}, {"critic/calls": 6, "critic/tie_rate": 0.0}], {"critic/calls": 10, "critic/tie_rate": 0.25}),
-    ([{"critic/tokens": 10.0}], {"critic/tokens": 10.0}),
-    ([], {}),
-    ([{"critic/score_mean": 0.2}, {"critic/calls": 2}], {"critic/score_mean": 0.2, "critic/calls": 2}),
-])
+@pytest.mark.parametrize(
+    "parts,expected",
+    [
+        (
+            [{"critic/calls": 4, "critic/tie_rate": 0.5}, {"critic/calls": 6, "critic/tie_rate": 0.0}],
+            {"critic/calls": 10, "critic/tie_rate": 0.25},
+        ),
+        ([{"critic/tokens": 10.0}], {"critic/tokens": 10.0}),
+        ([], {}),
+        ([{"critic/score_mean": 0.2}, {"critic/calls": 2}], {"critic/score_mean": 0.2, "critic/calls": 2}),
+    ],
+)
 def test_merge_metrics_sums_counts_and_averages_rates(parts, expected):
     assert merge_metrics(parts) == pytest.approx(expected)
 
@@ -55,13 +61,23 @@ def test_merge_metrics_sums_counts_and_averages_rates(parts, expected):
 def test_harvester_makes_verified_judge_tasks_only_from_sources_and_stops_at_its_cap():
     calibration = make_environment("critic_calibration", {"sources": [{"name": "math", "config": {"difficulty": 1}}]})
     harvester = CalibrationHarvester("critic_calibration", calibration, 0.5, pairs_per_group=2, max_tasks=3, seed=0)
-    task = Task(id="math-train-1", env="math", task_type="math", messages=[Message(role="user", content="What is 2 + 2?")], answer="4")
-    tasks = harvester.harvest("math", task, ["\\boxed{4}", "\\boxed{5}", "\\boxed{6}", "\\boxed{4}"], [1.0, 0.0, 0.0, 1.0])
+    task = Task(
+        id="math-train-1",
+        env="math",
+        task_type="math",
+        messages=[Message(role="user", content="What is 2 + 2?")],
+        answer="4",
+    )
+    tasks = harvester.harvest(
+        "math", task, ["\\boxed{4}", "\\boxed{5}", "\\boxed{6}", "\\boxed{4}"], [1.0, 0.0, 0.0, 1.0]
+    )
     assert len(tasks) == 2 and all(t.env == "critic_calibration" and t.answer in ("A", "B") for t in tasks)
     assert all(calibration.score(t, f"[[{t.answer}]]").value == 1.0 for t in tasks)
     assert harvester.harvest("reasoning_gym", task, ["a", "b"], [1.0, 0.0]) == []  # not a source
     assert harvester.harvest("math", task, ["4", "4"], [1.0, 1.0]) == []  # nothing to tell apart
-    assert len(harvester.harvest("math", task, ["\\boxed{4}", "\\boxed{7}", "\\boxed{8}"], [1.0, 0.0, 0.0])) == 1  # cap 3
+    assert (
+        len(harvester.harvest("math", task, ["\\boxed{4}", "\\boxed{7}", "\\boxed{8}"], [1.0, 0.0, 0.0])) == 1
+    )  # cap 3
     assert harvester.harvest("math", task, ["\\boxed{4}", "\\boxed{9}"], [1.0, 0.0]) == []
 
 
@@ -77,7 +93,13 @@ def test_sampler_grows_and_round_trips_its_pool():
 def test_harvester_adds_a_pair_drawn_twice_once_and_resumes_its_count():
     calibration = make_environment("critic_calibration", {"sources": [{"name": "math", "config": {"difficulty": 1}}]})
     harvester = CalibrationHarvester("critic_calibration", calibration, 0.5, pairs_per_group=2, max_tasks=10, seed=0)
-    task = Task(id="math-train-1", env="math", task_type="math", messages=[Message(role="user", content="What is 2 + 2?")], answer="4")
+    task = Task(
+        id="math-train-1",
+        env="math",
+        task_type="math",
+        messages=[Message(role="user", content="What is 2 + 2?")],
+        answer="4",
+    )
     group = (["\\boxed{4}", "\\boxed{5}"], [1.0, 0.0])
     first = harvester.harvest("math", task, *group)
     assert len(first) == 1 and harvester.harvest("math", task, *group) == [] and harvester.added == 1

@@ -10,7 +10,13 @@ import pytest
 
 from k2post.rl.batch import group_advantages_of
 from k2post.rl.batch import Sample
-from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_signal, group_reward_std, nonzero_adv_fraction
+from k2post.rl.diagnostics import (
+    agentic_metrics,
+    group_diagnostics,
+    group_has_signal,
+    group_reward_std,
+    nonzero_adv_fraction,
+)
 from k2post.rl.metrics import write_plots
 
 
@@ -69,12 +75,27 @@ def test_nonzero_adv_fraction_of_no_groups_is_nan():
     "groups, envs, expected",
     [
         ([], [], {}),
-        ([[1.0, 1.0], [0.0, 0.0]], ["math", "math"],
-         {"rollout/groups_nonzero_adv_frac": 0.0, "rollout/reward_std_mean": 0.0, "rollout/reward_std_max": 0.0,
-          "rollout/groups_nonzero_adv_frac/math": 0.0}),
-        ([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0, 0.0, 1.0]], ["math", "math", "code"],
-         {"rollout/groups_nonzero_adv_frac": 2 / 3, "rollout/reward_std_mean": 1 / 3, "rollout/reward_std_max": 0.5,
-          "rollout/groups_nonzero_adv_frac/math": 0.5, "rollout/groups_nonzero_adv_frac/code": 1.0}),
+        (
+            [[1.0, 1.0], [0.0, 0.0]],
+            ["math", "math"],
+            {
+                "rollout/groups_nonzero_adv_frac": 0.0,
+                "rollout/reward_std_mean": 0.0,
+                "rollout/reward_std_max": 0.0,
+                "rollout/groups_nonzero_adv_frac/math": 0.0,
+            },
+        ),
+        (
+            [[1.0, 0.0], [1.0, 1.0], [0.0, 1.0, 0.0, 1.0]],
+            ["math", "math", "code"],
+            {
+                "rollout/groups_nonzero_adv_frac": 2 / 3,
+                "rollout/reward_std_mean": 1 / 3,
+                "rollout/reward_std_max": 0.5,
+                "rollout/groups_nonzero_adv_frac/math": 0.5,
+                "rollout/groups_nonzero_adv_frac/code": 1.0,
+            },
+        ),
     ],
 )
 def test_group_diagnostics(groups, envs, expected):
@@ -89,21 +110,52 @@ def test_group_diagnostics_rejects_mismatched_env_names():
 
 
 def _sample(env: str, reward: float, turns: int = 1, calls: int = 0, malformed: int = 0, errors: int = 0) -> Sample:
-    return Sample("g", 0, env, env, "t", [1, 2], [0, 1], reward, False, "stop", turns=turns, tool_calls=calls,
-                  malformed_calls=malformed, tool_errors=errors)
+    return Sample(
+        "g",
+        0,
+        env,
+        env,
+        "t",
+        [1, 2],
+        [0, 1],
+        reward,
+        False,
+        "stop",
+        turns=turns,
+        tool_calls=calls,
+        malformed_calls=malformed,
+        tool_errors=errors,
+    )
 
 
 @pytest.mark.parametrize(
     "samples, expected",
     [
         ([_sample("math", 1.0), _sample("math", 0.0)], {}),  # single-turn, no calls: not agentic
-        ([_sample("tool_use", 1.0, turns=2, calls=1), _sample("tool_use", 0.5, turns=3, calls=1, malformed=2, errors=1),
-          _sample("math", 1.0)],
-         {"agent/tool_use/success_rate": 0.5, "agent/tool_use/well_formed_call_rate": 0.5, "agent/tool_use/turns_mean": 2.5,
-          "agent/tool_use/tool_calls_mean": 1.0, "agent/tool_use/tool_errors_mean": 0.5}),
-        ([_sample("tool_use", 0.0, turns=2)],  # talked twice without calling: rate undefined, not 0
-         {"agent/tool_use/success_rate": 0.0, "agent/tool_use/well_formed_call_rate": math.nan, "agent/tool_use/turns_mean": 2.0,
-          "agent/tool_use/tool_calls_mean": 0.0, "agent/tool_use/tool_errors_mean": 0.0}),
+        (
+            [
+                _sample("tool_use", 1.0, turns=2, calls=1),
+                _sample("tool_use", 0.5, turns=3, calls=1, malformed=2, errors=1),
+                _sample("math", 1.0),
+            ],
+            {
+                "agent/tool_use/success_rate": 0.5,
+                "agent/tool_use/well_formed_call_rate": 0.5,
+                "agent/tool_use/turns_mean": 2.5,
+                "agent/tool_use/tool_calls_mean": 1.0,
+                "agent/tool_use/tool_errors_mean": 0.5,
+            },
+        ),
+        (
+            [_sample("tool_use", 0.0, turns=2)],  # talked twice without calling: rate undefined, not 0
+            {
+                "agent/tool_use/success_rate": 0.0,
+                "agent/tool_use/well_formed_call_rate": math.nan,
+                "agent/tool_use/turns_mean": 2.0,
+                "agent/tool_use/tool_calls_mean": 0.0,
+                "agent/tool_use/tool_errors_mean": 0.0,
+            },
+        ),
     ],
 )
 def test_agentic_metrics(samples, expected):
@@ -114,15 +166,24 @@ def test_agentic_metrics(samples, expected):
 
 def _metrics(path: Path, keys: dict[str, float], iterations: int = 3) -> Path:
     rows = [{"iteration": 0, "eval/math/accuracy": 0.1}]
-    rows += [{"iteration": i, "reward/mean": 0.1 * i, **{k: v * i for k, v in keys.items()}} for i in range(1, iterations + 1)]
+    rows += [
+        {"iteration": i, "reward/mean": 0.1 * i, **{k: v * i for k, v in keys.items()}}
+        for i in range(1, iterations + 1)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
 DIAGNOSTIC_KEYS = {
-    "rollout/groups_nonzero_adv_frac": 0.2, "rollout/groups_nonzero_adv_frac/math": 0.3, "rollout/reward_std_mean": 0.1,
-    "rollout/reward_std_max": 0.4, "train/entropy": 1.5, "train/logratio_abs_mean": 0.01, "train/logratio_abs_max": 0.2,
-    "train/grad_norm": 3.0, "train/muon_update_rms": 2e-4,
+    "rollout/groups_nonzero_adv_frac": 0.2,
+    "rollout/groups_nonzero_adv_frac/math": 0.3,
+    "rollout/reward_std_mean": 0.1,
+    "rollout/reward_std_max": 0.4,
+    "train/entropy": 1.5,
+    "train/logratio_abs_mean": 0.01,
+    "train/logratio_abs_max": 0.2,
+    "train/grad_norm": 3.0,
+    "train/muon_update_rms": 2e-4,
 }
 
 
@@ -130,14 +191,20 @@ DIAGNOSTIC_KEYS = {
     "keys, written",
     [
         ({}, {"reward.png", "heldout_accuracy.png"}),  # an old run: no diagnostics.png, no length plot
-        ({"rollout/truncation_rate": 0.1, "rollout/response_tokens_mean": 50.0},
-         {"reward.png", "heldout_accuracy.png", "length_truncation.png"}),
+        (
+            {"rollout/truncation_rate": 0.1, "rollout/response_tokens_mean": 50.0},
+            {"reward.png", "heldout_accuracy.png", "length_truncation.png"},
+        ),
         ({"train/grad_norm": 3.0}, {"reward.png", "heldout_accuracy.png", "diagnostics.png"}),  # one panel is enough
         (DIAGNOSTIC_KEYS, {"reward.png", "heldout_accuracy.png", "diagnostics.png"}),
-        ({**DIAGNOSTIC_KEYS, "rollout/truncation_rate": 0.1},  # a panel of a figure may be missing
-         {"reward.png", "heldout_accuracy.png", "diagnostics.png", "length_truncation.png"}),
-        ({"agent/tool_use/success_rate": 0.3, "agent/tool_use/turns_mean": 2.0},
-         {"reward.png", "heldout_accuracy.png", "agentic.png"}),
+        (
+            {**DIAGNOSTIC_KEYS, "rollout/truncation_rate": 0.1},  # a panel of a figure may be missing
+            {"reward.png", "heldout_accuracy.png", "diagnostics.png", "length_truncation.png"},
+        ),
+        (
+            {"agent/tool_use/success_rate": 0.3, "agent/tool_use/turns_mean": 2.0},
+            {"reward.png", "heldout_accuracy.png", "agentic.png"},
+        ),
     ],
 )
 def test_write_plots_diagnostics(tmp_path, keys, written):
@@ -176,24 +243,43 @@ def test_train_rows_carry_the_signal_of_the_trained_groups(monkeypatch):
     from k2post.rl.controller import PhaseTimer, RLRun
 
     monkeypatch.setattr(ray, "get", lambda refs, **_: refs)
-    trainer = types.SimpleNamespace(sequence_logprobs=_Remote(lambda shard: [0.0] * len(shard)),
-                                    train_step=_Remote(lambda micro, old, step: {"train/k15_loss": 1.0}))
+    trainer = types.SimpleNamespace(
+        sequence_logprobs=_Remote(lambda shard: [0.0] * len(shard)),
+        train_step=_Remote(lambda micro, old, step: {"train/k15_loss": 1.0}),
+    )
     run = RLRun.__new__(RLRun)
     run.trainers, run.state = [trainer], types.SimpleNamespace(book=rb.GroupBook(k=2), step=0)
     run.cfg = types.SimpleNamespace(
-        loss=types.SimpleNamespace(max_steps_per_iteration=2, groups_per_step=2, micro_batch_size=2,
-                                  drop_uniform_groups=False),
-        budget=BudgetConfig(), length_penalty=LengthPenaltyConfig(), reward=types.SimpleNamespace(success_threshold=0.5),
+        loss=types.SimpleNamespace(
+            max_steps_per_iteration=2, groups_per_step=2, micro_batch_size=2, drop_uniform_groups=False
+        ),
+        budget=BudgetConfig(),
+        length_penalty=LengthPenaltyConfig(),
+        reward=types.SimpleNamespace(success_threshold=0.5),
         trainer=types.SimpleNamespace(world_size=1, offload_during_rollout=False),
-        rollout=types.SimpleNamespace(sleep_during_training=False))
-    rewards = {"a": (1.0, 0.0), "b": (1.0, 1.0), "c": (0.0, 0.0), "d": (0.0, 0.0), "e": (1.0, 0.0)}  # e waits for the next iteration
+        rollout=types.SimpleNamespace(sleep_during_training=False),
+    )
+    rewards = {
+        "a": (1.0, 0.0),
+        "b": (1.0, 1.0),
+        "c": (0.0, 0.0),
+        "d": (0.0, 0.0),
+        "e": (1.0, 0.0),
+    }  # e waits for the next iteration
     for group_id, (r0, r1) in rewards.items():
         run.state.book.open(group_id)
         env = "code" if group_id == "a" else "math"
-        run.state.book.add([rb.Sample(group_id, i, env, "t", group_id, [1, 2], [0, 1], r, False, "stop") for i, r in enumerate((r0, r1))])
+        run.state.book.add(
+            [
+                rb.Sample(group_id, i, env, "t", group_id, [1, 2], [0, 1], r, False, "stop")
+                for i, r in enumerate((r0, r1))
+            ]
+        )
     rows = run.train(0, PhaseTimer())
     assert len(rows) == 2 and len(run.state.book.ready) == 1
     for row in rows:  # identical in every step's row, so the controller's step average keeps them
         assert row["rollout/groups_nonzero_adv_frac"] == pytest.approx(0.25)
         assert row["rollout/groups_nonzero_adv_frac/code"] == 1.0 and row["rollout/groups_nonzero_adv_frac/math"] == 0.0
-        assert row["rollout/reward_std_mean"] == pytest.approx(0.125) and row["rollout/reward_std_max"] == pytest.approx(0.5)
+        assert row["rollout/reward_std_mean"] == pytest.approx(0.125) and row[
+            "rollout/reward_std_max"
+        ] == pytest.approx(0.5)

@@ -46,7 +46,9 @@ def test_group_advantages(rewards, k, expected):
 def test_k15_loss_hand_values(logratios, rewards, tau, expected):
     # one-token responses: the sequence log-ratio is that token's difference
     logp_new = torch.tensor(logratios)[:, None]
-    loss, stats = k15_loss(logp_new, torch.zeros_like(logp_new), torch.ones_like(logp_new), torch.tensor(rewards), group_size=2, tau=tau)
+    loss, stats = k15_loss(
+        logp_new, torch.zeros_like(logp_new), torch.ones_like(logp_new), torch.tensor(rewards), group_size=2, tau=tau
+    )
     assert loss.item() == pytest.approx(expected)
     assert stats["rl/loss"] == pytest.approx(expected)
 
@@ -78,10 +80,10 @@ class ToyPolicy(torch.nn.Module):
 def test_gradient_at_theta_old_is_mean_baseline_policy_gradient():
     torch.manual_seed(0)
     policy, k, tau = ToyPolicy(), 4, 0.3
-    ids = torch.randint(0, 7, (8, 6))                       # 2 prompts x 4 samples, 6 tokens
+    ids = torch.randint(0, 7, (8, 6))  # 2 prompts x 4 samples, 6 tokens
     mask = torch.ones(8, 6, dtype=torch.long)
-    mask[:, :2] = 0                                          # prompt tokens
-    mask[3, 4:] = 0                                          # padding
+    mask[:, :2] = 0  # prompt tokens
+    mask[3, 4:] = 0  # padding
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.2, 0.9, 0.5, 0.1])
     logp = shifted_logprobs(policy(ids), ids)
     loss, _ = k15_loss(logp, logp.detach(), mask, rewards, k, tau)
@@ -118,7 +120,9 @@ def test_ptx_loss_is_masked_token_nll():
     labels = torch.tensor([[IGNORE_INDEX, 2, IGNORE_INDEX, 3]])
     expected = (-torch.log_softmax(logits[0, 0], -1)[2] - torch.log_softmax(logits[0, 2], -1)[3]) / 2
     assert ptx_loss(logits, labels).item() == pytest.approx(expected.item())
-    assert ptx_loss(logits, labels).item() == pytest.approx((math.log(1 + 4 * math.exp(-10)) + math.log(5)) / 2, rel=1e-5)
+    assert ptx_loss(logits, labels).item() == pytest.approx(
+        (math.log(1 + 4 * math.exp(-10)) + math.log(5)) / 2, rel=1e-5
+    )
     with pytest.raises(ValueError, match="no trained tokens"):
         ptx_loss(logits, torch.full((1, 4), IGNORE_INDEX))
 

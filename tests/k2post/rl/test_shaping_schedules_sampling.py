@@ -8,7 +8,13 @@ from collections import Counter
 
 import pytest
 
-from k2post.rl.config import BudgetConfig, LengthPenaltyConfig, PromptSamplingConfig, TemperatureConfig, TemperatureScheduleConfig
+from k2post.rl.config import (
+    BudgetConfig,
+    LengthPenaltyConfig,
+    PromptSamplingConfig,
+    TemperatureConfig,
+    TemperatureScheduleConfig,
+)
 from k2post.rl.sampling import PromptSampler, curriculum_open, priority_weights, weighted_without_replacement
 from k2post.rl.schedules import temperature_at, temperature_for
 from k2post.rl.shaping import apply_budget, grouped_length_rewards, length_rewards
@@ -16,7 +22,12 @@ from k2post.rl.shaping import apply_budget, grouped_length_rewards, length_rewar
 
 @pytest.mark.parametrize(
     ("penalty", "value", "expected"),
-    [("replace", 0.0, [1.0, 0.0, 0.0]), ("replace", -1.0, [1.0, -1.0, -1.0]), ("subtract", 0.5, [1.0, 0.5, -0.5]), ("none", 9.0, [1.0, 1.0, 0.0])],
+    [
+        ("replace", 0.0, [1.0, 0.0, 0.0]),
+        ("replace", -1.0, [1.0, -1.0, -1.0]),
+        ("subtract", 0.5, [1.0, 0.5, -0.5]),
+        ("none", 9.0, [1.0, 1.0, 0.0]),
+    ],
 )
 def test_budget_penalty(penalty, value, expected):
     cfg = BudgetConfig(penalty=penalty, penalty_value=value)
@@ -56,9 +67,15 @@ def test_length_reward_groups_weight_and_warmup():
 @pytest.mark.parametrize(
     ("kind", "iteration", "expected"),
     [
-        ("constant", 50, 1.0), ("linear", 0, 1.0), ("linear", 50, 0.75), ("linear", 100, 0.5), ("linear", 500, 0.5),
-        ("cosine", 50, 0.75), ("cosine", 25, 1.0 - 0.5 * 0.5 * (1 - math.cos(math.pi / 4))),
-        ("exponential", 50, 0.5 ** 0.5), ("exponential", 100, 0.5),
+        ("constant", 50, 1.0),
+        ("linear", 0, 1.0),
+        ("linear", 50, 0.75),
+        ("linear", 100, 0.5),
+        ("linear", 500, 0.5),
+        ("cosine", 50, 0.75),
+        ("cosine", 25, 1.0 - 0.5 * 0.5 * (1 - math.cos(math.pi / 4))),
+        ("exponential", 50, 0.5**0.5),
+        ("exponential", 100, 0.5),
     ],
 )
 def test_temperature_schedules(kind, iteration, expected):
@@ -67,7 +84,9 @@ def test_temperature_schedules(kind, iteration, expected):
 
 
 def test_temperature_per_task_type():
-    cfg = TemperatureConfig(per_task_type={"math": TemperatureScheduleConfig(kind="linear", start=1.2, end=0.6, decay_iterations=10)})
+    cfg = TemperatureConfig(
+        per_task_type={"math": TemperatureScheduleConfig(kind="linear", start=1.2, end=0.6, decay_iterations=10)}
+    )
     assert temperature_for(cfg, "math", 5) == pytest.approx(0.9)
     assert temperature_for(cfg, "tool_use", 0) == pytest.approx(1.0)
 
@@ -112,16 +131,30 @@ def test_curriculum_opens_easy_first():
         PromptSampler(["a"], cfg)
 
 
-@pytest.mark.parametrize("schedule,step,expected", [
-    ("constant", 0, 1.0), ("constant", 39, 1.0), ("cosine", 0, 1.0), ("cosine", 20, 0.55), ("cosine", 40, 0.1),
-])
+@pytest.mark.parametrize(
+    "schedule,step,expected",
+    [
+        ("constant", 0, 1.0),
+        ("constant", 39, 1.0),
+        ("cosine", 0, 1.0),
+        ("cosine", 20, 0.55),
+        ("cosine", 40, 0.1),
+    ],
+)
 def test_rl_lr_schedule_over_the_runs_optimizer_steps(schedule, step, expected):
     """The trainer's lr factor: the SFT schedule over iterations x max_steps_per_iteration (clamped at the end)."""
     from k2post.rl.run_config import RLConfig
-    from k2post.sft.schedule import lr_factor
+    from k2post.train.schedule import lr_factor
 
-    cfg = RLConfig(envs=[{"name": "math"}], rollout={"agentic": {"max_episode_tokens": 256}},
-                   loss={"max_steps_per_iteration": 2}, train={"iterations": 20, "lr_schedule": schedule, "min_lr_ratio": 0.1})
+    cfg = RLConfig(
+        envs=[{"name": "math"}],
+        rollout={"agentic": {"max_episode_tokens": 256}},
+        loss={"max_steps_per_iteration": 2},
+        train={"iterations": 20},
+        schedule={"kind": schedule, "min_lr_ratio": 0.1},
+    )
     total = cfg.total_optimizer_steps()
     assert total == 40
-    assert lr_factor(min(step, total - 1), total, cfg.train) == pytest.approx(expected, abs=0.01 if step == 40 else 1e-9)
+    assert lr_factor(min(step, total - 1), total, cfg.schedule) == pytest.approx(
+        expected, abs=0.01 if step == 40 else 1e-9
+    )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from k2post.sft.runtime import free_port
+from k2post.train.distributed import free_port
 from proc_helpers import clean_child_env, wait_ranks
 
 WORKER = Path(__file__).with_name("grad_worker.py")
@@ -28,18 +28,37 @@ TIMEOUT_S = 420  # first DeepSpeed use JIT-builds its shm comm op (~30 s); a run
 def _ptx_dataset(path: Path) -> Path:
     from datasets import Dataset
 
-    rows = [{"id": f"p{i}", "messages": json.dumps([{"role": "user", "content": f"What is {i} + {i}?"},
-                                                     {"role": "assistant", "content": f"The answer is {2 * i}."}])}
-            for i in range(6)]
+    rows = [
+        {
+            "id": f"p{i}",
+            "messages": json.dumps(
+                [
+                    {"role": "user", "content": f"What is {i} + {i}?"},
+                    {"role": "assistant", "content": f"The answer is {2 * i}."},
+                ]
+            ),
+        }
+        for i in range(6)
+    ]
     Dataset.from_list(rows).save_to_disk(str(path))
     return path
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    env = dict(clean_child_env(), OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        clean_child_env(),
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
     with open(log, "w") as handle:
-        return subprocess.Popen([sys.executable, str(WORKER), *args], env=env, cwd=REPO, stdout=handle,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), *args],
+            env=env,
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _wait_all(procs: list[tuple[subprocess.Popen, Path]]) -> None:
@@ -55,8 +74,12 @@ def gradients(tiny_qwen2_dir, tmp_path_factory):
     for stage in (1, 2):
         port = str(free_port())
         logs = [out / f"stage{stage}_rank{rank}.log" for rank in range(2)]
-        _wait_all([(_start([*common, "--stage", str(stage), "--rank", str(rank), "--port", port], log), log)
-                   for rank, log in enumerate(logs)])
+        _wait_all(
+            [
+                (_start([*common, "--stage", str(stage), "--rank", str(rank), "--port", port], log), log)
+                for rank, log in enumerate(logs)
+            ]
+        )
     load = lambda name: torch.load(out / name, weights_only=True)  # noqa: E731
     return {"reference": load("reference.pt"), 1: load("stage1.pt"), 2: load("stage2.pt")}
 

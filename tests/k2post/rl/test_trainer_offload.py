@@ -13,22 +13,29 @@ import torch
 from k2post.config.loader import validate_config
 from k2post.rl.batch import TrainSequence
 from k2post.rl.run_config import RLConfig
-from k2post.sft.runtime import free_port
+from k2post.train.distributed import free_port
 
 
 def _worker(model_dir, offload: bool, zero_stage: int = 1):
     from k2post.rl.trainer import RLTrainerWorker
 
-    raw = {"model": {"path": str(model_dir), "flavor": None}, "envs": [{"name": "math"}],
-           "rollout": {"samples_per_prompt": 2, "agentic": {"max_turn_tokens": 32, "max_episode_tokens": 64}}, "budget": {"default_max_tokens": 32},
-           "loss": {"groups_per_step": 2, "micro_batch_size": 4}, "optim": {"lr": 0.01},
-           "trainer": {"world_size": 1, "zero_stage": zero_stage, "offload_during_rollout": offload}}
+    raw = {
+        "model": {"path": str(model_dir), "flavor": None},
+        "envs": [{"name": "math"}],
+        "rollout": {"samples_per_prompt": 2, "agentic": {"max_turn_tokens": 32, "max_episode_tokens": 64}},
+        "budget": {"default_max_tokens": 32},
+        "loss": {"groups_per_step": 2, "micro_batch_size": 4},
+        "optim": {"lr": 0.01},
+        "trainer": {"world_size": 1, "zero_stage": zero_stage, "offload_during_rollout": offload},
+    }
     return RLTrainerWorker(validate_config(RLConfig, raw, "test"), str(model_dir), 0, free_port())
 
 
 def _rows() -> list[TrainSequence]:
-    return [TrainSequence(list(range(5, 5 + n)), [0, 0] + [1] * (n - 2), adv, f"g/{i}")
-            for i, (n, adv) in enumerate([(9, 0.5), (7, -0.5), (11, 1.0), (6, -1.0)])]
+    return [
+        TrainSequence(list(range(5, 5 + n)), [0, 0] + [1] * (n - 2), adv, f"g/{i}")
+        for i, (n, adv) in enumerate([(9, 0.5), (7, -0.5), (11, 1.0), (6, -1.0)])
+    ]
 
 
 def _two_steps(worker) -> dict[str, torch.Tensor]:
@@ -44,7 +51,9 @@ def test_cpu_offload_is_a_reported_no_op_and_changes_nothing(tiny_qwen2_dir):
     worker = _worker(tiny_qwen2_dir, offload=True)
     try:
         report = worker.offload()
-        assert report["offloaded"] is False and "no device" in report["reason"] and worker.reload() == {"reloaded": False}
+        assert (
+            report["offloaded"] is False and "no device" in report["reason"] and worker.reload() == {"reloaded": False}
+        )
         with_offload = _two_steps(worker)
     finally:
         worker.close()

@@ -25,7 +25,9 @@ def tool_trajectories(tiny_qwen2_dir, bank_env, bank_tasks):
     from tool_model import reference_trajectory
 
     tokenizer = load_tokenizer(tiny_qwen2_dir)
-    return [reference_trajectory(bank_env, task, tokenizer, malformed_first=(i == 0)) for i, task in enumerate(bank_tasks)]
+    return [
+        reference_trajectory(bank_env, task, tokenizer, malformed_first=(i == 0)) for i, task in enumerate(bank_tasks)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +48,8 @@ def tool_engine(tool_model_dir):
     from k2post.rollout.config import VLLMEngineConfig
     from k2post.rollout.vllm_engine import VLLMEngine
 
-    engine = VLLMEngine(tool_model_dir, VLLMEngineConfig(dtype="float32", max_model_len=2048, max_num_seqs=16))
+    # a fractional KV cache: the sleep test checks the engine allocated exactly kv_cache_gib (not whole GiB)
+    cfg = VLLMEngineConfig(dtype="float32", max_model_len=2048, max_num_seqs=16, kv_cache_gib=0.25)
+    engine = VLLMEngine(tool_model_dir, cfg)
     yield engine
     engine.close()

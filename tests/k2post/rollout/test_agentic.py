@@ -12,7 +12,13 @@ from safetensors.torch import load_file
 
 from k2post.chat.types import Message
 from k2post.envs.base import Reward
-from k2post.rollout.agentic import AgenticRollout, parse_error_messages, score_episode, truncate_observation
+from k2post.rollout.agentic import (
+    AgenticRollout,
+    EpisodeOptions,
+    parse_error_messages,
+    score_episode,
+    truncate_observation,
+)
 from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
 
 GREEDY = SamplingConfig(temperature=0.0, max_tokens=128)
@@ -46,6 +52,15 @@ def test_concurrent_episodes_solve_tasks_and_match_reference(engine, bank_env, b
 
 
 @pytest.mark.slow
+def test_episode_options_set_the_episodes_id_seed_temperature_and_budget(engine, bank_env, bank_tasks):
+    runner = _runner(engine, bank_env)
+    episode = runner.start("tool_use", bank_tasks[0], "e/0", EpisodeOptions(seed=7, temperature=0.5, max_tokens=9))
+    assert (episode.id, episode.seed, episode.temperature, episode.max_tokens) == ("e/0", 7, 0.5, 9)
+    plain = runner.start("tool_use", bank_tasks[0])
+    assert (plain.id, plain.seed, plain.temperature, plain.max_tokens) == (bank_tasks[0].id, None, None, None)
+
+
+@pytest.mark.slow
 def test_malformed_tool_call_becomes_error_message_not_crash(engine, bank_env, bank_tasks):
     runner = _runner(engine, bank_env)
     episode = runner.start("tool_use", bank_tasks[0])
@@ -58,7 +73,9 @@ def test_malformed_tool_call_becomes_error_message_not_crash(engine, bank_env, b
 
 
 @pytest.mark.slow
-def test_partial_rollout_pauses_resumes_and_records_versions(tool_model_dir, engine, bank_env, bank_tasks, tool_trajectories):
+def test_partial_rollout_pauses_resumes_and_records_versions(
+    tool_model_dir, engine, bank_env, bank_tasks, tool_trajectories
+):
     weights = sorted(load_file(str(tool_model_dir / "model.safetensors")).items())
     runner = _runner(engine, bank_env, iteration_token_budget=40)
     pending = [runner.start("tool_use", task) for task in bank_tasks]
@@ -115,8 +132,12 @@ def test_context_limit_ends_episode(engine, bank_env, bank_tasks):
     runner.run_iteration([episode])
     assert episode.finish_reason == "context_limit" and episode.generated_tokens > 0
     assert max(i for i, m in enumerate(episode.loss_mask) if m) < limit  # the model never wrote past it
-    too_long = AgenticRollout(engine, {"tool_use": bank_env}, AgenticRolloutConfig(), GREEDY, max_model_len=probe.prompt_len - 1)
-    assert too_long.run_iteration([too_long.start("tool_use", bank_tasks[2])]).finished[0].finish_reason == "context_limit"
+    too_long = AgenticRollout(
+        engine, {"tool_use": bank_env}, AgenticRolloutConfig(), GREEDY, max_model_len=probe.prompt_len - 1
+    )
+    assert (
+        too_long.run_iteration([too_long.start("tool_use", bank_tasks[2])]).finished[0].finish_reason == "context_limit"
+    )
 
 
 @pytest.mark.slow
@@ -130,7 +151,9 @@ def test_crashing_environment_ends_only_its_episode(engine, bank_env, bank_tasks
             return super().step(state, assistant)
 
     crashing = CrashingOnSecondStep(bank_env.config)
-    runner = AgenticRollout(engine, {"tool_use": bank_env, "crashing": crashing}, AgenticRolloutConfig(max_turn_tokens=128), GREEDY)
+    runner = AgenticRollout(
+        engine, {"tool_use": bank_env, "crashing": crashing}, AgenticRolloutConfig(max_turn_tokens=128), GREEDY
+    )
     episodes = [runner.start("crashing", bank_tasks[1], "crash"), runner.start("tool_use", bank_tasks[1], "ok")]
     runner.run_iteration(episodes)
     assert episodes[0].finish_reason == "env_error" and "simulator bug" in episodes[0].errors[-1]
@@ -167,22 +190,45 @@ def test_episode_tool_stats_count_calls_refusals_and_tool_errors(bank_tasks):
     from k2post.rollout.agentic import Episode, episode_tool_stats
 
     call = ToolCall(id="functions.multiply:0", name="multiply", arguments={"a": 12, "b": 34})
-    messages = [Message(role="user", content="12 * 34?"),
-                Message(role="assistant", content="", tool_calls=[call, call.model_copy(update={"id": "functions.multiply:1"})]),
-                Message(role="tool", tool_call_id="functions.multiply:0", content="408"),
-                Message(role="tool", tool_call_id="functions.multiply:1", content="Error: b must be a number"),
-                Message(role="assistant", content="<|tool_calls_section_begin|>{oops"),
-                Message(role="tool", tool_call_id="functions.invalid:2", content="Error: unterminated tool call"),
-                Message(role="assistant", content="The answer is 408.")]
-    episode = Episode(id="x", env_name="tool_use", task=bank_tasks[0], state=None, tools=[], messages=messages,
-                      token_ids=[], prompt_len=0, turns=3, errors=["unterminated tool call"])
+    messages = [
+        Message(role="user", content="12 * 34?"),
+        Message(
+            role="assistant", content="", tool_calls=[call, call.model_copy(update={"id": "functions.multiply:1"})]
+        ),
+        Message(role="tool", tool_call_id="functions.multiply:0", content="408"),
+        Message(role="tool", tool_call_id="functions.multiply:1", content="Error: b must be a number"),
+        Message(role="assistant", content="<|tool_calls_section_begin|>{oops"),
+        Message(role="tool", tool_call_id="functions.invalid:2", content="Error: unterminated tool call"),
+        Message(role="assistant", content="The answer is 408."),
+    ]
+    episode = Episode(
+        id="x",
+        env_name="tool_use",
+        task=bank_tasks[0],
+        state=None,
+        tools=[],
+        messages=messages,
+        token_ids=[],
+        prompt_len=0,
+        turns=3,
+        errors=["unterminated tool call"],
+    )
     assert episode_tool_stats(episode) == {"turns": 3, "tool_calls": 2, "malformed_calls": 1, "tool_errors": 1}
 
 
 def test_score_episode_turns_scorer_crash_into_floor_reward(bank_env, bank_tasks):
     from k2post.rollout.agentic import Episode
 
-    episode = Episode(id="x", env_name="tool_use", task=bank_tasks[0], state={"not": "a state"}, tools=[], messages=[], token_ids=[], prompt_len=0)
+    episode = Episode(
+        id="x",
+        env_name="tool_use",
+        task=bank_tasks[0],
+        state={"not": "a state"},
+        tools=[],
+        messages=[],
+        token_ids=[],
+        prompt_len=0,
+    )
     reward = score_episode(bank_env, episode)
     assert isinstance(reward, Reward) and reward.value == 0.0 and reward.error
 
@@ -193,7 +239,9 @@ def test_single_turn_environment_takes_one_turn(engine):
 
     math_env = make_environment("math")
     tasks = list(math_env.tasks("train", seed=0, n=4))
-    runner = AgenticRollout(engine, {"math": math_env}, AgenticRolloutConfig(max_turn_tokens=32, max_episode_tokens=64), GREEDY)
+    runner = AgenticRollout(
+        engine, {"math": math_env}, AgenticRolloutConfig(max_turn_tokens=32, max_episode_tokens=64), GREEDY
+    )
     result = runner.run_iteration([runner.start("math", task) for task in tasks])
     assert len(result.finished) == 4 and result.rounds == 1
     for episode in result.finished:

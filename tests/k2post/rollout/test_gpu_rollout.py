@@ -21,7 +21,9 @@ GREEDY = SamplingConfig(temperature=0.0, max_tokens=12)
 def _engine(path, **cfg):
     from k2post.rollout.vllm_engine import VLLMEngine
 
-    return VLLMEngine(path, VLLMEngineConfig(dtype="bfloat16", max_model_len=256, max_num_seqs=8, gpu_memory_utilization=0.3, **cfg))
+    return VLLMEngine(
+        path, VLLMEngineConfig(dtype="bfloat16", max_model_len=256, max_num_seqs=8, gpu_memory_utilization=0.3, **cfg)
+    )
 
 
 def _greedy(engine) -> list[list[int]]:

@@ -34,8 +34,7 @@ def vllm_engine(tiny_qwen2_dir):
 def prompt_ids(tiny_qwen2_dir):
     tokenizer = load_tokenizer(tiny_qwen2_dir)
     return [
-        render_ids(tokenizer, [Message(role="user", content=p)], add_generation_prompt=True).input_ids
-        for p in PROMPTS
+        render_ids(tokenizer, [Message(role="user", content=p)], add_generation_prompt=True).input_ids for p in PROMPTS
     ]
 
 
@@ -90,4 +89,3 @@ def test_greedy_vllm_equals_transformers_tiny_k2(tiny_k2_dir, vllm_engine):
         engine.close()
     hf_ids = hf_greedy(load_causal_lm(tiny_k2_dir), prompts, MAX_NEW_TOKENS, {tokenizer.eos_token_id})
     assert vllm_ids == hf_ids
-

@@ -131,7 +131,9 @@ def test_tiny_k2_in_place_push_equals_fresh_engine(tiny_k2_dir, perturbed_k2_dir
     engine_a = _engine(tiny_k2_dir, dtype)  # CPU default: MLA disabled, MoE experts patched
     assert engine_a.weight_update_mode == "in_place"
     before = _greedy(engine_a)
-    _push_through_checkpoint_engine(engine_a, load_file(str(perturbed_k2_dir / "model.safetensors")), via="receive_update")
+    _push_through_checkpoint_engine(
+        engine_a, load_file(str(perturbed_k2_dir / "model.safetensors")), via="receive_update"
+    )
     after, state = _greedy(engine_a), model_state(engine_a.llm)
     assert after != before
     engine_b = _engine(perturbed_k2_dir, dtype)
@@ -148,7 +150,9 @@ def test_tiny_k2_with_mla_kernels_rebuilds_from_shared_memory(tiny_k2_dir, pertu
     engine_a = _engine(tiny_k2_dir, "bfloat16", disable_mla=False, shm_dir=str(shm))
     assert engine_a.weight_update_mode == "rebuild"  # the MLA kernels absorbed kv_b_proj
     before = _greedy(engine_a)
-    _push_through_checkpoint_engine(engine_a, load_file(str(perturbed_k2_dir / "model.safetensors")), via="receive_update")
+    _push_through_checkpoint_engine(
+        engine_a, load_file(str(perturbed_k2_dir / "model.safetensors")), via="receive_update"
+    )
     assert engine_a.weights_version == 1 and Path(engine_a.llm.llm_engine.model_config.model).is_relative_to(shm)
     after = _greedy(engine_a)
     assert after != before
@@ -172,7 +176,9 @@ def _push_through_checkpoint_engine(engine, tensors: dict[str, torch.Tensor], vi
         for name in sorted(tensors):
             sender.register(name, tensors[name])
         errors: list[BaseException] = []
-        receiver = WeightReceiver(sender.address, make_vllm_load_fn(engine), timeout_s=60.0) if via == "load_fn" else None
+        receiver = (
+            WeightReceiver(sender.address, make_vllm_load_fn(engine), timeout_s=60.0) if via == "load_fn" else None
+        )
 
         def receive() -> None:
             try:
@@ -225,7 +231,9 @@ def test_rope_patch_makes_cpu_kernel_match_reference_for_3d_heads():
     vllm_cpu_patch.apply_cpu_rope_patch()
     assert vllm_cpu_patch.rope_patch_applied() and not vllm_cpu_patch.apply_cpu_rope_patch()
     with set_current_vllm_config(VllmConfig()):
-        rope = get_rope(64, max_position=256, rope_parameters={"rope_type": "default", "rope_theta": 1e4}, is_neox_style=False)
+        rope = get_rope(
+            64, max_position=256, rope_parameters={"rope_type": "default", "rope_theta": 1e4}, is_neox_style=False
+        )
     positions = torch.arange(7)
     wide = torch.randn(7, 4, 128)
     query, key = wide[..., 64:], torch.randn(7, 1, 64)  # DeepSeek-V3 without MLA: strided q_pe, 1 key head

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from environments.toolsets.checks import Scenario
+from k2post.toolsets.checks import Scenario
 from k2post.chat.parse import parse_assistant
 from k2post.chat.template import render_assistant_body, render_continuation_ids, render_ids
 from k2post.chat.tokens import TOOL_CALL_ARG_BEGIN, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_CALLS_BEGIN, TOOL_CALLS_END
@@ -47,7 +47,10 @@ def reference_trajectory(env, task: Task, tokenizer, malformed_first: bool = Fal
     prompt = render_ids(tokenizer, task.messages, tools=tools, add_generation_prompt=False)
     state, index, rest = env.reset(task), 0, []
     for turn_calls in scenario.reference_turns:
-        calls = [ToolCall(id=format_call_id(c.name, index + i), name=c.name, arguments=c.arguments) for i, c in enumerate(turn_calls)]
+        calls = [
+            ToolCall(id=format_call_id(c.name, index + i), name=c.name, arguments=c.arguments)
+            for i, c in enumerate(turn_calls)
+        ]
         if malformed_first and index == 0:
             raw = _malformed_turn(calls[0])
             errors = parse_assistant(raw, start_index=0, known_tools=[t.name for t in tools]).errors
@@ -75,13 +78,16 @@ def _loss(model, prompt: torch.Tensor, rest: torch.Tensor, mask: torch.Tensor) -
     """Cross-entropy on the masked tokens of `rest`; the prompt's KV is computed without grad
     (3x cheaper than a full backward; memorization converges all the same)."""
     with torch.no_grad():
-        cache = model(input_ids=prompt, use_cache=True).past_key_values
+        # only the cache is needed: no [prompt, vocab] logits (a quarter of the step on tiny-qwen2)
+        cache = model(input_ids=prompt, use_cache=True, logits_to_keep=1).past_key_values
     logits = model(input_ids=rest, past_key_values=cache, use_cache=True).logits[0, :-1]
     keep = mask[0, 1:] == 1
     return torch.nn.functional.cross_entropy(logits[keep], rest[0, 1:][keep])
 
 
-def train_on(model_dir: Path, out_dir: Path, trajectories: list[Trajectory], max_steps: int = 300, lr: float = 3e-3) -> float:
+def train_on(
+    model_dir: Path, out_dir: Path, trajectories: list[Trajectory], max_steps: int = 300, lr: float = 3e-3
+) -> float:
     """Overfit the model on the trajectories' assistant tokens (full batch); saves to out_dir the
     weights with the lowest worst-trajectory loss seen (full-batch AdamW spikes now and then, and a
     spike on the last step must not decide the test). Returns that worst trajectory's loss."""

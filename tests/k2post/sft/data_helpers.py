@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from environments.toolsets.checks import Scenario
+from k2post.toolsets.checks import Scenario
 from k2post.chat.types import Message, ToolCall, ToolSpec, format_call_id
 from k2post.envs.base import Task
 from k2post.envs.registry import make_environment
@@ -39,8 +39,13 @@ def reference_dialogue(env: Any, task: Task) -> list[Message]:
     return messages
 
 
-def make_row(row_id: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], domain: str = "test",
-             metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+def make_row(
+    row_id: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    domain: str = "test",
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One dataset row with JSON text columns."""
     return {
         "id": row_id,
@@ -55,11 +60,18 @@ def make_row(row_id: str, messages: list[dict[str, Any]], tools: list[dict[str, 
 def dialogue_row(task: Task, dialogue: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
     """The row of a solved task (OpenAI-style messages and tool entries)."""
     metadata = {key: value for key, value in task.metadata.items() if key != "tools"}
-    return make_row(task.id, [m.to_openai() for m in dialogue], [t.to_openai() for t in tools],
-                    domain=str(task.metadata.get("toolset", "tool_use")), metadata={**metadata, "task_id": task.id})
+    return make_row(
+        task.id,
+        [m.to_openai() for m in dialogue],
+        [t.to_openai() for t in tools],
+        domain=str(task.metadata.get("toolset", "tool_use")),
+        metadata={**metadata, "task_id": task.id},
+    )
 
 
-def tool_use_rows(n: int, seed: int = 0, toolsets: list[str] | None = None, split: str = "train") -> list[dict[str, Any]]:
+def tool_use_rows(
+    n: int, seed: int = 0, toolsets: list[str] | None = None, split: str = "train"
+) -> list[dict[str, Any]]:
     """`n` rows of solved tool_use tasks (all toolsets unless given)."""
     env = make_environment("tool_use", {"toolsets": toolsets} if toolsets else {})
     rows = []

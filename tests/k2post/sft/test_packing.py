@@ -23,11 +23,11 @@ from k2post.sft.packing import (
         ([], 8, []),
         ([8], 8, [[0]]),
         ([3, 3, 3], 8, [[0, 1], [2]]),
-        ([5, 4, 3], 8, [[0, 2], [1]]),                 # 3 goes to the fuller row (best fit)
-        ([6, 5, 2, 3], 8, [[0, 2], [1, 3]]),           # 2 fits after 6 exactly; 3 after 5
-        ([4, 6, 4, 2], 8, [[0, 2], [1, 3]]),           # arrival order kept inside each row
+        ([5, 4, 3], 8, [[0, 2], [1]]),  # 3 goes to the fuller row (best fit)
+        ([6, 5, 2, 3], 8, [[0, 2], [1, 3]]),  # 2 fits after 6 exactly; 3 after 5
+        ([4, 6, 4, 2], 8, [[0, 2], [1, 3]]),  # arrival order kept inside each row
         ([1, 1, 1, 1, 1], 2, [[0, 1], [2, 3], [4]]),
-        ([7, 2, 1], 8, [[0, 2], [1]]),                 # 1 fills the 7-row; 2 opens a new one
+        ([7, 2, 1], 8, [[0, 2], [1]]),  # 1 fills the 7-row; 2 opens a new one
         ([2, 7, 1, 6], 8, [[0, 3], [1, 2]]),
     ],
 )
@@ -74,14 +74,18 @@ def test_no_packing_keeps_one_example_per_row():
 
 def _random_examples(lengths, vocab=4000, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    return [_example(torch.randint(20, vocab, (n,), generator=gen).tolist(), [0] * (n // 2) + [1] * (n - n // 2), f"x{i}")
-            for i, n in enumerate(lengths)]
+    return [
+        _example(torch.randint(20, vocab, (n,), generator=gen).tolist(), [0] * (n // 2) + [1] * (n - n // 2), f"x{i}")
+        for i, n in enumerate(lengths)
+    ]
 
 
 def _separate_and_packed(model, examples, pad_extra=0):
     """(per-example logits concatenated, packed-row logits without padding)."""
     with torch.no_grad():
-        separate = torch.cat([model(input_ids=torch.tensor([e.input_ids]), use_cache=False).logits[0] for e in examples])
+        separate = torch.cat(
+            [model(input_ids=torch.tensor([e.input_ids]), use_cache=False).logits[0] for e in examples]
+        )
         short = build_row([_example([1, 2], [0, 1])])
         padded = build_row(examples)
         batch = collate([padded, short] if pad_extra else [padded], pad_id=0)
@@ -107,7 +111,9 @@ def test_packed_forward_equals_separate_forwards(tiny_model):
     check_packed_attention(tiny_model)
     row = build_row(examples)  # the loss of the packed row is the sum of the dialogues' losses
     per_example = sum(
-        float(token_loss_sum(separate[start : start + len(e)][None], torch.tensor([row.labels[start : start + len(e)]])))
+        float(
+            token_loss_sum(separate[start : start + len(e)][None], torch.tensor([row.labels[start : start + len(e)]]))
+        )
         for e, start in zip(examples, [0, 9, 26, 31])
     )
     assert float(token_loss_sum(packed[None], torch.tensor([row.labels]))) == pytest.approx(per_example, rel=1e-5)
@@ -119,8 +125,9 @@ def test_packing_with_a_kv_cache_would_leak(tiny_model):
     separate, _ = _separate_and_packed(tiny_model, examples)
     row = build_row(examples)
     with torch.no_grad():
-        leaky = tiny_model(input_ids=torch.tensor([row.input_ids]), position_ids=torch.tensor([row.position_ids]),
-                           use_cache=True).logits[0]
+        leaky = tiny_model(
+            input_ids=torch.tensor([row.input_ids]), position_ids=torch.tensor([row.position_ids]), use_cache=True
+        ).logits[0]
     assert (leaky[9:] - separate[9:]).abs().max() > 1e-2  # the second example attends to the first
 
 

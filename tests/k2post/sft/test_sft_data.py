@@ -73,14 +73,30 @@ def test_packed_labels_are_the_mask(tmp_path, tool_rows, sft_tokenizer):
 def _good(row_id: str = "ok") -> dict:
     messages = [
         {"role": "user", "content": "weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "functions.get_weather:0", "type": "function",
-             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
         {"role": "assistant", "content": "It is sunny."},
     ]
-    tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather",
-                                               "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "weather",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
     return make_row(row_id, messages, tools)
 
 
@@ -95,24 +111,43 @@ def _messages(edit) -> str:
 
 
 BAD_ROWS = [
-    (_with("bad-json", messages="[{\"role\": "), "messages: invalid JSON"),
+    (_with("bad-json", messages='[{"role": '), "messages: invalid JSON"),
     (_with("not-list", messages=json.dumps({"role": "user"})), "messages: expected a JSON list, got dict"),
     (_with("empty", messages="[]"), "messages: empty dialogue"),
     (_with("bad-role", messages=_messages(lambda m: m[0].update(role="robot"))), "messages[0].role: Input should be"),
     (_with("typo-key", messages=_messages(lambda m: m[1].update(tool_call=[]))), "messages[1].tool_call: Extra inputs"),
-    (_with("no-call-id", messages=_messages(lambda m: m[2].pop("tool_call_id"))),
-     "messages[2]: a tool message needs tool_call_id"),
-    (_with("bad-args", messages=_messages(lambda m: m[1]["tool_calls"][0]["function"].update(arguments="{city"))),
-     "messages[1]: JSONDecodeError"),
-    (_with("orphan-result", messages=_messages(lambda m: m[2].update(tool_call_id="functions.get_weather:7"))),
-     "template: message 2: tool result for 'functions.get_weather:7' answers no earlier tool call"),
-    (_with("non-k2-id", messages=_messages(lambda m: (m[1]["tool_calls"][0].update(id="call_1"), m[2].update(tool_call_id="call_1")))),
-     "template: message 1: tool call id 'call_1' should be 'functions.get_weather:0' (set data.tool_call_ids: renumber"),
+    (
+        _with("no-call-id", messages=_messages(lambda m: m[2].pop("tool_call_id"))),
+        "messages[2]: a tool message needs tool_call_id",
+    ),
+    (
+        _with("bad-args", messages=_messages(lambda m: m[1]["tool_calls"][0]["function"].update(arguments="{city"))),
+        "messages[1]: JSONDecodeError",
+    ),
+    (
+        _with("orphan-result", messages=_messages(lambda m: m[2].update(tool_call_id="functions.get_weather:7"))),
+        "template: message 2: tool result for 'functions.get_weather:7' answers no earlier tool call",
+    ),
+    (
+        _with(
+            "non-k2-id",
+            messages=_messages(
+                lambda m: (m[1]["tool_calls"][0].update(id="call_1"), m[2].update(tool_call_id="call_1"))
+            ),
+        ),
+        "template: message 1: tool call id 'call_1' should be 'functions.get_weather:0' "
+        "(set data.tool_call_ids: renumber",
+    ),
     (_with("no-assistant", messages=json.dumps([{"role": "user", "content": "hi"}])), "no assistant tokens"),
-    (_with("too-long", messages=_messages(lambda m: m[0].update(content="word " * 600))), "tokens > data.max_seq_len 256"),
+    (
+        _with("too-long", messages=_messages(lambda m: m[0].update(content="word " * 600))),
+        "tokens > data.max_seq_len 256",
+    ),
     (_with("bad-tools", tools="nope"), "tools: invalid JSON"),
-    (_with("tool-schema", tools=json.dumps([{"type": "function", "function": {"description": "x"}}])),
-     "tools[0].function.name: Field required"),
+    (
+        _with("tool-schema", tools=json.dumps([{"type": "function", "function": {"description": "x"}}])),
+        "tools[0].function.name: Field required",
+    ),
     (_with("ok"), "duplicate id (first used by row 0)"),
     (_with(""), "id: expected a non-empty string, got ''"),
 ]

@@ -22,8 +22,8 @@ from data_helpers import tool_use_rows, write_dataset
 from proc_helpers import run_bounded
 from k2post.config.loader import validate_config
 from k2post.sft.config import SFTConfig
-from k2post.sft.metrics import read_metrics
-from k2post.sft.runtime import free_port
+from k2post.train.metrics import read_metrics
+from k2post.train.distributed import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -32,21 +32,38 @@ REPO = Path(__file__).resolve().parents[3]
 
 def _raw(run_dir: Path, dataset: Path, model_dir: Path, gas: int, steps: int) -> dict:
     return {
-        "kind": "sft", "run_dir": str(run_dir),
+        "kind": "sft",
+        "run_dir": str(run_dir),
         "model": {"path": str(model_dir), "flavor": None},
         "data": {"path": str(dataset), "eval_fraction": 0.2},
         "optim": {"lr": 3e-3},
-        "train": {"max_steps": steps, "gradient_accumulation_steps": gas, "warmup_steps": 1, "lr_schedule": "constant",
-                  "eval_every": 2, "save_every": 2},
+        "train": {"max_steps": steps, "gradient_accumulation_steps": gas, "eval_every": 2},
+        "schedule": {"kind": "constant", "warmup_steps": 1},
+        "checkpoint": {"every": 2},
         "deepspeed": {"zero_stage": 2},
     }
 
 
 def _torchrun(config: Path, *overrides: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     env["PYTHONPATH"] = str(REPO)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-               "-m", "pipelines.sft", str(config), *overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "pipelines.sft",
+        str(config),
+        *overrides,
+    ]
     done = run_bounded(command, timeout=300, cwd=REPO, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 

@@ -29,7 +29,7 @@ from data_helpers import tool_use_rows, write_dataset
 from proc_helpers import run_bounded
 from k2post.config.loader import validate_config
 from k2post.sft.config import SFTConfig
-from k2post.sft.metrics import read_metrics
+from k2post.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +55,9 @@ def _raw_config(run_dir: Path, dataset: Path, model_dir: Path, stage: int, **tra
         "model": {"path": str(model_dir), "flavor": None},
         "data": {"path": str(dataset), "eval_fraction": 0.2},
         "optim": {"lr": 3e-3},
-        "train": {"max_steps": STEPS, "gradient_accumulation_steps": 2, "warmup_steps": 2, "eval_every": 3,
-                  "save_every": 2, "keep_checkpoints": 3, **train},
+        "train": {"max_steps": STEPS, "gradient_accumulation_steps": 2, "eval_every": 3, **train},
+        "schedule": {"warmup_steps": 2},
+        "checkpoint": {"every": 2, "keep": 3},
         "deepspeed": {"zero_stage": stage},
     }
 
@@ -126,7 +127,9 @@ def _cli_sft(work_dir: Path, name: str, raw: dict, *overrides: str) -> Path:
     config = work_dir / f"sft_{name}.yaml"
     config.write_text(yaml.safe_dump({"kind": "sft", **raw}))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = run_bounded([sys.executable, "-m", "k2post.cli", "sft", str(config), *overrides], timeout=420, cwd=REPO, env=env)
+    done = run_bounded(
+        [sys.executable, "-m", "k2post.cli", "sft", str(config), *overrides], timeout=420, cwd=REPO, env=env
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return config
 
@@ -140,13 +143,19 @@ def test_killed_run_resumes_to_the_same_weights(work_dir, dataset, tiny_qwen2_di
     _cli_sft(work_dir, "reference", _raw_config(reference, dataset, tiny_qwen2_dir, 2))
     run_dir = work_dir / "killed"
     raw = _raw_config(run_dir, dataset, tiny_qwen2_dir, 2)
-    raw["train"].update(save_every=1, keep_checkpoints=10)
+    raw["checkpoint"].update(every=1, keep=10)
     config = work_dir / "sft_killed.yaml"
     config.write_text(yaml.safe_dump({"kind": "sft", **raw}))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with open(work_dir / "killed.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "k2post.cli", "sft", str(config)], cwd=REPO, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "k2post.cli", "sft", str(config)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     _wait_for(run_dir / "checkpoints" / "step-3", proc, timeout=240, log=work_dir / "killed.log")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -164,7 +173,9 @@ def test_bf16_engine_trains_and_saves(work_dir, dataset, tiny_qwen2_dir):
     """Smoke: deepspeed.precision bf16 at ZeRO-1 (fp32 masters in ZeroMuonClip) trains and writes a bf16 HF model."""
     raw = _raw_config(work_dir / "bf16", dataset, tiny_qwen2_dir, 1)
     raw["deepspeed"]["precision"] = "bf16"
-    raw["train"].update(max_steps=3, warmup_steps=0, eval_every=0, save_every=0)
+    raw["train"].update(max_steps=3, eval_every=0)
+    raw["schedule"].update(warmup_steps=0)
+    raw["checkpoint"].update(every=0)
     summary = _run(raw)
     assert summary["completed"] and summary["train_loss_last"] < summary["train_loss_first"]
     weights = _weights(work_dir / "bf16" / "final")

@@ -19,7 +19,7 @@ from k2post.chat.template import CHAT_TEMPLATE_JINJA, render_ids
 from k2post.chat.types import dialogue_from_openai
 from k2post.config.loader import validate_config
 from k2post.sft.config import SFTConfig
-from k2post.sft.metrics import read_metrics
+from k2post.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -43,15 +43,20 @@ def learn_rows():
 def learn_run(learn_dir, learn_rows, tiny_qwen2_dir):
     from k2post.sft.trainer import run_sft
 
-    cfg = validate_config(SFTConfig, {
-        "run_dir": str(learn_dir / "run"),
-        "model": {"path": str(tiny_qwen2_dir), "flavor": None},
-        "data": {"path": str(write_dataset(learn_rows, learn_dir / "dataset")), "eval_fraction": 0.1},
-        "optim": {"lr": 2e-3},
-        "train": {"max_steps": STEPS, "warmup_steps": 5, "eval_every": 20, "save_every": 20, "keep_checkpoints": 2,
-                  "log_every": 10},
-        "deepspeed": {"zero_stage": 2},
-    }, "test")
+    cfg = validate_config(
+        SFTConfig,
+        {
+            "run_dir": str(learn_dir / "run"),
+            "model": {"path": str(tiny_qwen2_dir), "flavor": None},
+            "data": {"path": str(write_dataset(learn_rows, learn_dir / "dataset")), "eval_fraction": 0.1},
+            "optim": {"lr": 2e-3},
+            "train": {"max_steps": STEPS, "eval_every": 20, "log_every": 10},
+            "schedule": {"warmup_steps": 5},
+            "checkpoint": {"every": 20, "keep": 2},
+            "deepspeed": {"zero_stage": 2},
+        },
+        "test",
+    )
     summary = run_sft(cfg)
     return cfg, summary
 

@@ -8,7 +8,7 @@ import pytest
 
 from k2post.chat.types import Message
 from k2post.synth.domains import build_domains
-from k2post.synth.judge import AllJudges, RubricJudge, Verdict, parse_judge_reply
+from k2post.synth.judge import AllJudges, RubricJudge, TrajectoryVerdict, parse_judge_reply
 from k2post.synth.roles import MISTAKES, ReferenceAgent, RuleToolSimulator, RuleUser
 from k2post.synth.tasks import agent_for, make_tasks
 from k2post.synth.trajectory import Trajectory, run_trajectory
@@ -24,7 +24,14 @@ def _play(task, mistake=None, max_turns=8) -> tuple[Trajectory, dict]:
     domain = DOMAINS[task.domain]
     state = domain.new_state(task.scenario)
     agent = ReferenceAgent(task, random.Random(task.id), 0.0, mistake=mistake)
-    traj = run_trajectory(agent_for(domain).system_prompt, domain.tools(), agent, RuleUser(task), RuleToolSimulator(domain.toolset, state), max_turns)
+    traj = run_trajectory(
+        agent_for(domain).system_prompt,
+        domain.tools(),
+        agent,
+        RuleUser(task),
+        RuleToolSimulator(domain.toolset, state),
+        max_turns,
+    )
     return traj, state.model_dump(mode="json")
 
 
@@ -52,7 +59,9 @@ def test_unfinished_and_role_errors_and_raw_call_tokens_are_rejected():
     traj, state = _play(task, max_turns=1)
     assert "unfinished" in RubricJudge().judge(task, traj, state).reasons
     traj, state = _play(task)
-    traj.messages[-1] = Message(role="assistant", content="<|tool_calls_section_begin|><|tool_call_begin|>functions.x:9")
+    traj.messages[-1] = Message(
+        role="assistant", content="<|tool_calls_section_begin|><|tool_call_begin|>functions.x:9"
+    )
     assert "malformed_tool_call" in RubricJudge().judge(task, traj, state).reasons
     traj.error = "HTTPError: server down"
     assert RubricJudge().judge(task, traj, state).reasons == ["role_error"]
@@ -87,7 +96,7 @@ def test_all_judges_needs_every_accept():
         def judge(self, task, trajectory, state):
             return self.verdict
 
-    yes, no = Verdict(accepted=True, judge="a"), Verdict(accepted=False, reasons=["r"], judge="b")
+    yes, no = TrajectoryVerdict(accepted=True, judge="a"), TrajectoryVerdict(accepted=False, reasons=["r"], judge="b")
     assert AllJudges([Fixed(yes), Fixed(yes)]).judge(None, None, {}).accepted
     combined = AllJudges([Fixed(yes), Fixed(no)]).judge(None, None, {})
     assert not combined.accepted and combined.reasons == ["r"] and combined.judge == "a+b"
@@ -102,11 +111,19 @@ def test_direct_answers_call_no_tool_and_the_answer_judge_keeps_only_right_ones(
     for task in tasks:
         state = domain.new_state(task.scenario)
         agent = ReferenceAgent(task, random.Random(task.id), 0.0, direct=True)
-        traj = run_trajectory(agent_for(domain).system_prompt, domain.tools(), agent, RuleUser(task),
-                              RuleToolSimulator(domain.toolset, state), 4)
+        traj = run_trajectory(
+            agent_for(domain).system_prompt,
+            domain.tools(),
+            agent,
+            RuleUser(task),
+            RuleToolSimulator(domain.toolset, state),
+            4,
+        )
         assert not traj.calls and traj.final_answer == task.scenario.reference_answer
         assert AnswerJudge().judge(task, traj, state.model_dump(mode="json")).accepted
-        assert not RubricJudge().judge(task, traj, state.model_dump(mode="json")).accepted  # the tool rubric would reject it
+        assert (
+            not RubricJudge().judge(task, traj, state.model_dump(mode="json")).accepted
+        )  # the tool rubric would reject it
         traj.messages[-1] = Message(role="assistant", content="The answer is 1.")
         assert AnswerJudge().judge(task, traj, {}).reasons == ["answer"]
     tool_traj, state = _play_in(domain, tasks[0])
@@ -116,5 +133,12 @@ def test_direct_answers_call_no_tool_and_the_answer_judge_keeps_only_right_ones(
 def _play_in(domain, task):
     state = domain.new_state(task.scenario)
     agent = ReferenceAgent(task, random.Random(task.id), 0.0)
-    traj = run_trajectory(agent_for(domain).system_prompt, domain.tools(), agent, RuleUser(task), RuleToolSimulator(domain.toolset, state), 4)
+    traj = run_trajectory(
+        agent_for(domain).system_prompt,
+        domain.tools(),
+        agent,
+        RuleUser(task),
+        RuleToolSimulator(domain.toolset, state),
+        4,
+    )
     return traj, state.model_dump(mode="json")

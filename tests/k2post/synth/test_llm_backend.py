@@ -23,8 +23,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tiny_qwen2_dir, tmp_path_factory):
-    cfg = ServeConfig(model_dir=str(tiny_qwen2_dir), port=0, served_model_name="tiny", max_model_len=2048,
-                      startup_timeout_s=150, log_path=str(tmp_path_factory.mktemp("serve") / "server.log"))
+    cfg = ServeConfig(
+        model_dir=str(tiny_qwen2_dir),
+        port=0,
+        served_model_name="tiny",
+        max_model_len=2048,
+        startup_timeout_s=150,
+        log_path=str(tmp_path_factory.mktemp("serve") / "server.log"),
+    )
     handle = start_server(cfg)
     try:
         yield handle
@@ -46,15 +52,26 @@ def test_llm_roles_answer_through_the_server(client_cfg):
         assert result and sim.history == [("get_item", {"name": "bolts"}, result)]
         assert sim.call("fly", {}).startswith("Error: unknown tool")
         assert isinstance(LLMUser(client, task, max_tokens=16, temperature=0.0).opening(), str)
-        turn = LLMAgent(client, max_tokens=16, temperature=0.0).next_turn([Message(role="user", content=task.scenario.prompt)], domain.tools())
+        turn = LLMAgent(client, max_tokens=16, temperature=0.0).next_turn(
+            [Message(role="user", content=task.scenario.prompt)], domain.tools()
+        )
         assert turn.role == "assistant"
 
 
 def test_synthesis_with_every_role_on_the_llm(tmp_path, client_cfg):
     cfg = SynthConfig(
-        out_dir=str(tmp_path / "out"), domains=["inventory"], tasks_per_domain=2, heldout_tasks_per_domain=0,
-        attempts_per_task=1, agent="llm", user_simulator="llm", tool_simulator="llm", judge="rubric+llm",
-        llm=client_cfg, llm_sampling={"temperature": 0.7, "max_tokens": 24}, max_turns=2,
+        out_dir=str(tmp_path / "out"),
+        domains=["inventory"],
+        tasks_per_domain=2,
+        heldout_tasks_per_domain=0,
+        attempts_per_task=1,
+        agent="llm",
+        user_simulator="llm",
+        tool_simulator="llm",
+        judge="rubric+llm",
+        llm=client_cfg,
+        llm_sampling={"temperature": 0.7, "max_tokens": 24},
+        max_turns=2,
     )
     stats = run_synth(cfg)
     rows = read_shards(tmp_path / "out" / "shards")

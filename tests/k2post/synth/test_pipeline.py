@@ -20,8 +20,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cfg(out: Path, **kw) -> SynthConfig:
-    base = {"out_dir": str(out), "domains": ["bank", "inventory"], "tasks_per_domain": 8, "heldout_tasks_per_domain": 3,
-            "mistake_rate": 0.4, "seed": 5}
+    base = {
+        "out_dir": str(out),
+        "domains": ["bank", "inventory"],
+        "tasks_per_domain": 8,
+        "heldout_tasks_per_domain": 3,
+        "mistake_rate": 0.4,
+        "seed": 5,
+    }
     return SynthConfig(**{**base, **kw})
 
 
@@ -36,7 +42,9 @@ def test_run_writes_dataset_rejects_stats_and_specs(tmp_path, tiny_qwen2_dir):
     out = tmp_path / "out"
     accepted, rejected = _rows(out / "dataset"), _rows(out / "rejected")
     assert stats["tasks"] == 16 and stats["accepted"] == len(accepted) and stats["rejected"] == len(rejected) > 0
-    assert stats["per_domain"].keys() == {"bank", "inventory"} and sum(stats["rejected_by_reason"].values()) >= len(rejected)
+    assert stats["per_domain"].keys() == {"bank", "inventory"} and sum(stats["rejected_by_reason"].values()) >= len(
+        rejected
+    )
     assert json.loads((out / "stats.json").read_text()) == stats
     assert sorted(p.name for p in (out / "tool_specs").iterdir()) == ["bank.json", "inventory.json"]
     tokenizer = load_tokenizer(tiny_qwen2_dir)
@@ -88,24 +96,43 @@ def test_yaml_config_loads_and_bad_fields_are_one_line_errors(tmp_path):
 
 def test_cli_runs_and_reports(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "k2post.cli", "synth", str(ROOT / "configs" / "synth_tool_use.yaml"), f"out_dir={tmp_path / 'o'}",
-         "tasks_per_domain=3", "heldout_tasks_per_domain=1", "domains=[recipes]"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "k2post.cli",
+            "synth",
+            str(ROOT / "configs" / "synth_tool_use.yaml"),
+            f"out_dir={tmp_path / 'o'}",
+            "tasks_per_domain=3",
+            "heldout_tasks_per_domain=1",
+            "domains=[recipes]",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "tasks kept" in proc.stdout and (tmp_path / "o" / "dataset").is_dir()
     bad = subprocess.run(
         [sys.executable, "-m", "k2post.cli", "synth", str(ROOT / "configs" / "synth_tool_use.yaml"), "domains=[nope]"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert bad.returncode == 2 and "unknown domains ['nope']" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert (
+        bad.returncode == 2 and "unknown domains ['nope']" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_templates_focus_the_synthesis(tmp_path):
     stats = run_synth(_cfg(tmp_path / "out", domains=["inventory"], templates=["inventory_look_up"]))
     metadata = [json.loads(r["metadata"]) for r in _rows(tmp_path / "out" / "dataset")]
     assert stats["tasks"] == 8 and {m["template"] for m in metadata} == {"inventory_look_up"}
-    assert {t.scenario.template for t in read_heldout(tmp_path / "out" / "heldout_tasks.jsonl")} == {"inventory_look_up"}
+    assert {t.scenario.template for t in read_heldout(tmp_path / "out" / "heldout_tasks.jsonl")} == {
+        "inventory_look_up"
+    }
     with pytest.raises(ValueError, match=r"templates \['bank_nope'\] are not templates"):
         _cfg(tmp_path, templates=["bank_nope"])
     with pytest.raises(ValueError, match=r"domains \['bank'\] have none of the listed templates"):
@@ -113,8 +140,15 @@ def test_templates_focus_the_synthesis(tmp_path):
 
 
 def test_direct_answer_rate_writes_that_share_of_tool_free_answers(tmp_path):
-    cfg = _cfg(tmp_path / "out", domains=["calculator"], templates=["calc_multiply", "calc_sum"], tasks_per_domain=60,
-               heldout_tasks_per_domain=0, mistake_rate=0.0, direct_answer_rate=0.5)
+    cfg = _cfg(
+        tmp_path / "out",
+        domains=["calculator"],
+        templates=["calc_multiply", "calc_sum"],
+        tasks_per_domain=60,
+        heldout_tasks_per_domain=0,
+        mistake_rate=0.0,
+        direct_answer_rate=0.5,
+    )
     stats = run_synth(cfg)
     rows = _rows(tmp_path / "out" / "dataset")
     direct = [r for r in rows if json.loads(r["metadata"])["direct"]]
@@ -127,8 +161,16 @@ def test_direct_answer_rate_writes_that_share_of_tool_free_answers(tmp_path):
 
 
 def test_direct_answers_only_on_the_listed_templates(tmp_path):
-    cfg = _cfg(tmp_path / "out", domains=["calculator"], templates=["calc_multiply", "calc_sum"], tasks_per_domain=40,
-               heldout_tasks_per_domain=0, mistake_rate=0.0, direct_answer_rate=1.0, direct_answer_templates=["calc_multiply"])
+    cfg = _cfg(
+        tmp_path / "out",
+        domains=["calculator"],
+        templates=["calc_multiply", "calc_sum"],
+        tasks_per_domain=40,
+        heldout_tasks_per_domain=0,
+        mistake_rate=0.0,
+        direct_answer_rate=1.0,
+        direct_answer_templates=["calc_multiply"],
+    )
     run_synth(cfg)
     rows = [json.loads(r["metadata"]) for r in _rows(tmp_path / "out" / "dataset")]
     assert {m["template"] for m in rows if m["direct"]} == {"calc_multiply"}
@@ -139,8 +181,16 @@ def test_direct_answer_templates_must_be_synthesized(tmp_path):
     from k2post.config.loader import ConfigError, validate_config
 
     with pytest.raises(ConfigError, match=r"direct_answer_templates \['calc_wide'\] are not synthesized templates"):
-        validate_config(SynthConfig, {"domains": ["calculator"], "templates": ["calc_sum"], "direct_answer_rate": 0.5,
-                                      "direct_answer_templates": ["calc_wide"]}, "synth.yaml")
+        validate_config(
+            SynthConfig,
+            {
+                "domains": ["calculator"],
+                "templates": ["calc_sum"],
+                "direct_answer_rate": 0.5,
+                "direct_answer_templates": ["calc_wide"],
+            },
+            "synth.yaml",
+        )
 
 
 def test_an_environment_listed_twice_needs_a_label_and_keeps_both_entries(tmp_path):
@@ -150,7 +200,9 @@ def test_an_environment_listed_twice_needs_a_label_and_keeps_both_entries(tmp_pa
     two = {"env": "math", "config": {"difficulty": 2}, "tasks": 8, "seed_offset": 2000}
     with pytest.raises(ConfigError, match=r"gym_tasks must name each entry once, got \['math', 'math'\]"):
         validate_config(SynthConfig, {"domains": [], "gym_tasks": [one, two]}, "synth.yaml")
-    cfg = SynthConfig(out_dir=str(tmp_path / "out"), domains=[], gym_tasks=[one, {**two, "label": "math_d2"}], mistake_rate=0.0)
+    cfg = SynthConfig(
+        out_dir=str(tmp_path / "out"), domains=[], gym_tasks=[one, {**two, "label": "math_d2"}], mistake_rate=0.0
+    )
     stats = run_synth(cfg)
     ids = [r["id"] for r in _rows(tmp_path / "out" / "dataset")]
     assert stats["tasks"] == 20 and len(ids) == 20

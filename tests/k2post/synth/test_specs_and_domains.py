@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from environments.toolsets import TOOLSETS
-from environments.toolsets.checks import scenario_split
+from k2post.toolsets import TOOLSETS
+from k2post.toolsets.checks import scenario_split
 from k2post.synth.domains import DomainError, build_domains
 from k2post.synth.judge import RubricJudge
 from k2post.synth.record_store import BLUEPRINTS
@@ -25,7 +25,11 @@ def test_shipped_specs_equal_the_toolsets():
         assert spec_fingerprint(loaded[name].tools) == spec_fingerprint(toolset.tools()), name
 
 
-GOOD_TOOL = {"name": "pay", "description": "Pay.", "inputSchema": {"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}}
+GOOD_TOOL = {
+    "name": "pay",
+    "description": "Pay.",
+    "inputSchema": {"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]},
+}
 
 
 @pytest.mark.parametrize(
@@ -36,14 +40,43 @@ GOOD_TOOL = {"name": "pay", "description": "Pay.", "inputSchema": {"type": "obje
         ({"domain": "bad name", "tools": [GOOD_TOOL]}, "domain: 'bad name' is not a valid name"),
         ({"domain": "b", "tools": [GOOD_TOOL], "extra": 1}, "extra: unknown key"),
         ({"domain": "b", "tools": [GOOD_TOOL, GOOD_TOOL]}, "tool name 'pay' appears twice"),
-        ({"domain": "b", "tools": [{**GOOD_TOOL, "name": "pay me"}]}, r"tools\[0\]\.name: 'pay me' is not a valid tool name"),
-        ({"domain": "b", "tools": [{**GOOD_TOOL, "inputSchema": {"type": "array"}}]}, r"tools\[0\]\.inputSchema: must be a JSON schema with type 'object'"),
-        ({"domain": "b", "tools": [{**GOOD_TOOL, "inputSchema": {"type": "object", "properties": {}, "required": ["amount"]}}]},
-         r"tools\[0\]\.inputSchema\.required\[0\]: 'amount' is not a property"),
-        ({"domain": "b", "tools": [{**GOOD_TOOL, "inputSchema": {"type": "object", "properties": {"a": {"type": "money"}}}}]},
-         r"tools\[0\]\.inputSchema\.properties\.a\.type: 'money' is not a JSON type"),
-        ({"domain": "b", "tools": [{**GOOD_TOOL, "inputSchema": {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "x"}}}}}]},
-         r"properties\.a\.items\.type: 'x'"),
+        (
+            {"domain": "b", "tools": [{**GOOD_TOOL, "name": "pay me"}]},
+            r"tools\[0\]\.name: 'pay me' is not a valid tool name",
+        ),
+        (
+            {"domain": "b", "tools": [{**GOOD_TOOL, "inputSchema": {"type": "array"}}]},
+            r"tools\[0\]\.inputSchema: must be a JSON schema with type 'object'",
+        ),
+        (
+            {
+                "domain": "b",
+                "tools": [{**GOOD_TOOL, "inputSchema": {"type": "object", "properties": {}, "required": ["amount"]}}],
+            },
+            r"tools\[0\]\.inputSchema\.required\[0\]: 'amount' is not a property",
+        ),
+        (
+            {
+                "domain": "b",
+                "tools": [{**GOOD_TOOL, "inputSchema": {"type": "object", "properties": {"a": {"type": "money"}}}}],
+            },
+            r"tools\[0\]\.inputSchema\.properties\.a\.type: 'money' is not a JSON type",
+        ),
+        (
+            {
+                "domain": "b",
+                "tools": [
+                    {
+                        **GOOD_TOOL,
+                        "inputSchema": {
+                            "type": "object",
+                            "properties": {"a": {"type": "array", "items": {"type": "x"}}},
+                        },
+                    }
+                ],
+            },
+            r"properties\.a\.items\.type: 'x'",
+        ),
     ],
 )
 def test_bad_spec_names_file_and_field(data, message):
@@ -58,7 +91,9 @@ def test_spec_directory_errors(tmp_path):
     with pytest.raises(ToolSpecError, match=r"a\.json: not valid JSON"):
         load_tool_specs(tmp_path)
     (tmp_path / "a.json").write_text(json.dumps({"domain": "d", "tools": [GOOD_TOOL]}))
-    (tmp_path / "b.json").write_text(json.dumps({"domain": "d", "tools": [{"type": "function", "function": {**GOOD_TOOL, "name": "x"}}]}))
+    (tmp_path / "b.json").write_text(
+        json.dumps({"domain": "d", "tools": [{"type": "function", "function": {**GOOD_TOOL, "name": "x"}}]})
+    )
     with pytest.raises(ToolSpecError, match=r"b\.json: domain: 'd' is already defined in .*a\.json"):
         load_tool_specs(tmp_path)
 
@@ -80,8 +115,14 @@ def test_record_store_tools_behave():
     state, tools = domain.new_state(scenario), domain.toolset
     assert tools.call(state, "add_item", {"name": "rope", "quantity": 3, "location": "aisle 1"}) == "Added item 'rope'."
     assert "already exists" in tools.call(state, "add_item", {"name": "ROPE", "quantity": 1, "location": "x"})
-    assert json.loads(tools.call(state, "get_item", {"name": "rope"})) == {"name": "rope", "quantity": 3, "location": "aisle 1"}
-    assert tools.call(state, "set_item_quantity", {"name": "rope", "quantity": -1}).startswith("Error: set_item_quantity:")
+    assert json.loads(tools.call(state, "get_item", {"name": "rope"})) == {
+        "name": "rope",
+        "quantity": 3,
+        "location": "aisle 1",
+    }
+    assert tools.call(state, "set_item_quantity", {"name": "rope", "quantity": -1}).startswith(
+        "Error: set_item_quantity:"
+    )
     assert tools.call(state, "remove_item", {"name": "rope"}) == "Removed item 'rope'."
     assert tools.call(state, "get_item", {"name": "rope"}) == "Error: get_item: no item with name 'rope'"
     assert tools.call(state, "fly", {}).startswith("Error: unknown tool 'fly'")
@@ -91,11 +132,19 @@ def test_record_store_tools_behave():
 def test_reference_solutions_pass_their_rubric(domain_name):
     domain = build_domains([domain_name])[domain_name]
     tasks = make_tasks(domain, "train", 12, seed=1, personas=list(PERSONAS))
-    assert len({t.scenario.template for t in tasks}) >= 2 and all(scenario_split(t.scenario, 0.1) == "train" for t in tasks)
+    assert len({t.scenario.template for t in tasks}) >= 2 and all(
+        scenario_split(t.scenario, 0.1) == "train" for t in tasks
+    )
     for task in tasks:
         state = domain.new_state(task.scenario)
-        traj = run_trajectory(agent_for(domain).system_prompt, domain.tools(), ReferenceAgent(task, random.Random(0), 0.0),
-                              RuleUser(task), RuleToolSimulator(domain.toolset, state), max_turns=8)
+        traj = run_trajectory(
+            agent_for(domain).system_prompt,
+            domain.tools(),
+            ReferenceAgent(task, random.Random(0), 0.0),
+            RuleUser(task),
+            RuleToolSimulator(domain.toolset, state),
+            max_turns=8,
+        )
         verdict = RubricJudge().judge(task, traj, state.model_dump(mode="json"))
         assert verdict.accepted, (task.id, verdict.reasons)
         assert traj.messages[1].content.count(task.scenario.prompt) == 1  # the persona wraps the request

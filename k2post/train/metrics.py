@@ -41,7 +41,9 @@ class MetricsLog:
         """Drop rows of steps after `step` (what a resumed run will redo)."""
         if not self.enabled or not self.path.is_file():
             return
-        keep = [line for line in self.path.read_text().splitlines() if _step_of(line) is not None and _step_of(line) <= step]
+        keep = [
+            line for line in self.path.read_text().splitlines() if _step_of(line) is not None and _step_of(line) <= step
+        ]
         self.path.write_text("".join(line + "\n" for line in keep))
 
 
@@ -67,8 +69,13 @@ class ProgressDisplay:
         self.progress: Progress | None = None
         if enabled and bar and self.console.is_terminal:
             self.progress = Progress(
-                TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=self.console,
+                TextColumn("sft"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
             )
             self.task = self.progress.add_task("sft", total=total, completed=start, info="")
             self.progress.start()

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from environments.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
-from environments.toolsets.checks import Checkpoint, Scenario, called, expect, ref_call
+from k2post.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
+from k2post.toolsets.checks import Checkpoint, Scenario, called, expect, ref_call
 
 _DATE = {"type": "string", "description": "Date as YYYY-MM-DD."}
 _TIME = {"type": "string", "description": "Time as HH:MM (24 h)."}
@@ -155,11 +155,7 @@ class CalendarToolset(Toolset):
 
     def tool_list_events(self, state: CalendarState, date: str) -> str:
         events = day_events(state, parse_date(date))
-        return (
-            "\n".join(_describe(e) for e in events)
-            if events
-            else f"No events on {parse_date(date)}"
-        )
+        return "\n".join(_describe(e) for e in events) if events else f"No events on {parse_date(date)}"
 
     def tool_create_event(
         self,
@@ -195,9 +191,7 @@ class CalendarToolset(Toolset):
         state.events.remove(event)
         return f"Deleted {_describe(event)}"
 
-    def tool_find_free_slot(
-        self, state: CalendarState, date: str, duration_minutes: float, after: str
-    ) -> str:
+    def tool_find_free_slot(self, state: CalendarState, date: str, duration_minutes: float, after: str) -> str:
         day, length = parse_date(date), int(duration_minutes)
         start = free_slot(state, day, length, parse_time(after))
         if start is None:
@@ -284,9 +278,7 @@ def _other_days(rng: random.Random, skip: str) -> list[Event]:
     return events
 
 
-def _busy_day(
-    rng: random.Random, date: str, titles: list[str], duration: int
-) -> tuple[CalendarState, int]:
+def _busy_day(rng: random.Random, date: str, titles: list[str], duration: int) -> tuple[CalendarState, int]:
     """A week whose `date` is busy from the morning, and the first free `duration` slot on it."""
     busy = _fill_day(rng, date, titles, start=540 + rng.choice((0, 0, 15)))
     others = _other_days(rng, date)
@@ -346,9 +338,7 @@ def cancel_meeting(rng: random.Random) -> Scenario:
     return Scenario(
         toolset="calendar",
         template="cal_cancel_meeting",
-        prompt=(
-            f'Cancel my "{target.title}" meeting on {weekday} ({date}) and tell me who was invited.'
-        ),
+        prompt=(f'Cancel my "{target.title}" meeting on {weekday} ({date}) and tell me who was invited.'),
         initial_state=state.model_dump(mode="json"),
         success=[expect(["events"], "equals", remaining, "only that event removed")],
         checkpoints=[

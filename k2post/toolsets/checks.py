@@ -16,7 +16,6 @@ reference solution (tool calls per turn plus a final answer) that passes every c
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any, Literal
 
@@ -25,9 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 RESERVED_KEYS = ("final_state", "answer")
 _MISSING = object()
 
-StateOp = Literal[
-    "equals", "text_equals", "absent", "present", "contains", "not_contains", "length"
-]
+StateOp = Literal["equals", "text_equals", "absent", "present", "contains", "not_contains", "length"]
 
 
 class StateCheck(BaseModel):
@@ -185,15 +182,12 @@ def _call_positions(checkpoint: Checkpoint, calls: list[ToolCallRecord]) -> list
         for position, call in enumerate(calls)
         if call.ok
         and any(
-            call.name == pattern.tool and values_match(pattern.args, call.arguments)
-            for pattern in checkpoint.calls
+            call.name == pattern.tool and values_match(pattern.args, call.arguments) for pattern in checkpoint.calls
         )
     ]
 
 
-def check_checkpoint(
-    checkpoint: Checkpoint, calls: list[ToolCallRecord], state: dict[str, Any]
-) -> bool:
+def check_checkpoint(checkpoint: Checkpoint, calls: list[ToolCallRecord], state: dict[str, Any]) -> bool:
     """Whether a checkpoint passed, given the episode's call log and final state dump."""
     if not all(check_state(check, state) for check in checkpoint.state):
         return False
@@ -227,9 +221,7 @@ def alternative_found(alternative: str, text: str) -> bool:
 def answer_matches(groups: list[list[str]], text: str) -> bool:
     """Whether every group has an alternative in `text`."""
     haystack = normalize_answer(text)
-    return all(
-        any(_found(normalize_answer(alt).strip(), haystack) for alt in group) for group in groups
-    )
+    return all(any(_found(normalize_answer(alt).strip(), haystack) for alt in group) for group in groups)
 
 
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -241,9 +233,7 @@ def count_alternatives(count: int) -> list[str]:
     return [str(count), *words]
 
 
-def expect(
-    path: list[str | int], op: StateOp, value: Any = None, description: str = ""
-) -> StateCheck:
+def expect(path: list[str | int], op: StateOp, value: Any = None, description: str = "") -> StateCheck:
     """Shorthand for a StateCheck."""
     return StateCheck(path=path, op=op, value=value, description=description)
 
@@ -277,7 +267,6 @@ def scenario_split(
     below test_fraction, dev in the next dev_fraction, train above). Shared by the tool_use gym
     and SFT data synthesis, so synthesized training data never contains the gym's dev or test
     tasks."""
-    from k2post.envs.splits import split_of_bucket
+    from k2post.envs.splits import hash_split
 
-    bucket = int(hashlib.sha256(scenario_key(scenario).encode()).hexdigest()[:8], 16) / 2**32
-    return split_of_bucket(bucket, test_fraction, dev_fraction)
+    return hash_split(scenario_key(scenario), test_fraction, dev_fraction)

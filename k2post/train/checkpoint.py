@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from k2post.sft.runtime import DistInfo, barrier
+from k2post.train.distributed import DistInfo, barrier
 
 STATE_FILE = "trainer_state.json"
 ENGINE_DIR, ENGINE_TAG = "engine", "state"
@@ -93,7 +93,7 @@ def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
     return old
 
 
-def _publish(tmp: Path, target: Path) -> None:
+def publish(tmp: Path, target: Path) -> None:
     """Rename the finished `tmp` to `target` (an existing target is replaced)."""
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -114,7 +114,7 @@ def write_atomically(target: Path, dist: DistInfo, write: Callable[[Path], None]
         write(tmp)
         barrier()
         if dist.is_main:
-            _publish(tmp, target)
+            publish(tmp, target)
     finally:
         if dist.is_main:
             shutil.rmtree(tmp, ignore_errors=True)  # only left when write() failed

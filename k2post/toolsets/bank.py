@@ -13,8 +13,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from environments.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
-from environments.toolsets.checks import CallPattern, Checkpoint, Scenario, called, expect, ref_call
+from k2post.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
+from k2post.toolsets.checks import CallPattern, Checkpoint, Scenario, called, expect, ref_call
 
 _ACCOUNT = {"type": "string", "minLength": 1, "description": "Account name, e.g. checking."}
 _AMOUNT = {
@@ -41,9 +41,7 @@ class BankState(ToolsetState):
     """Balances (cents) by account, the history and the id counter."""
 
     toolset: Literal["bank"] = "bank"
-    accounts: dict[str, int] = Field(
-        default_factory=dict, description="Account → balance in cents."
-    )
+    accounts: dict[str, int] = Field(default_factory=dict, description="Account → balance in cents.")
     transactions: list[Transaction] = Field(default_factory=list, description="Oldest first.")
     next_id: int = Field(1, description="Number of the next transaction id.")
     today: str = Field(TODAY, description="Date of new transactions.")
@@ -107,9 +105,7 @@ class BankToolset(Toolset):
     state_cls: ClassVar[type[ToolsetState]] = BankState
     specs = (
         tool_spec("list_accounts", "List the accounts with their balances.", {}, []),
-        tool_spec(
-            "get_balance", "Return the balance of an account.", {"account": _ACCOUNT}, ["account"]
-        ),
+        tool_spec("get_balance", "Return the balance of an account.", {"account": _ACCOUNT}, ["account"]),
         tool_spec(
             "transfer",
             "Move money between two of the user's accounts.",
@@ -150,8 +146,7 @@ class BankToolset(Toolset):
 
     def canonical_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         return {
-            k: v.strip().lower() if k.endswith("account") and isinstance(v, str) else v
-            for k, v in arguments.items()
+            k: v.strip().lower() if k.endswith("account") and isinstance(v, str) else v for k, v in arguments.items()
         }
 
     def tool_list_accounts(self, state: BankState) -> str:
@@ -161,9 +156,7 @@ class BankToolset(Toolset):
         name = _account(state, account)
         return f"{name}: {format_money(state.accounts[name])}"
 
-    def tool_transfer(
-        self, state: BankState, from_account: str, to_account: str, amount: float, memo: str
-    ) -> str:
+    def tool_transfer(self, state: BankState, from_account: str, to_account: str, amount: float, memo: str) -> str:
         source, target, cents = (
             _account(state, from_account),
             _account(state, to_account),
@@ -183,10 +176,7 @@ class BankToolset(Toolset):
     def tool_list_transactions(self, state: BankState, account: str, limit: float) -> str:
         name = _account(state, account)
         rows = [t for t in reversed(state.transactions) if t.account == name][: int(limit)]
-        lines = [
-            f"{t.id} | {t.date} | {format_money(t.amount_cents)} | {t.kind} | {t.description}"
-            for t in rows
-        ]
+        lines = [f"{t.id} | {t.date} | {format_money(t.amount_cents)} | {t.kind} | {t.description}" for t in rows]
         return "\n".join(lines) if lines else f"No transactions on {name}"
 
 
@@ -245,9 +235,7 @@ def _balances(rng: random.Random) -> dict[str, int]:
     return balances
 
 
-def _balance_checked(
-    account: str, before: CallPattern | None, after: CallPattern | None
-) -> Checkpoint:
+def _balance_checked(account: str, before: CallPattern | None, after: CallPattern | None) -> Checkpoint:
     """get_balance on `account` (or list_accounts), ordered before / after a call."""
     order = f" before {before.tool}" if before else f" after {after.tool}" if after else ""
     return Checkpoint(
@@ -281,9 +269,7 @@ def transfer_and_report(rng: random.Random) -> Scenario:
         success=[expect(["accounts"], "equals", expected, "balances after the transfer")],
         checkpoints=[
             Checkpoint(id="transfer_amount", calls=[called("transfer", **transfer)]),
-            _balance_checked(
-                target, None, called("transfer", from_account=source, to_account=target)
-            ),
+            _balance_checked(target, None, called("transfer", from_account=source, to_account=target)),
         ],
         answer=[money_alternatives(expected[target])],
         reference_turns=[
@@ -339,10 +325,7 @@ def sweep_to_savings(rng: random.Random) -> Scenario:
     return Scenario(
         toolset="bank",
         template="bank_sweep",
-        prompt=(
-            f"Leave exactly $100 in my {source} account and move the rest to savings. "
-            "How much did you move?"
-        ),
+        prompt=(f"Leave exactly $100 in my {source} account and move the rest to savings. How much did you move?"),
         initial_state=_bank(rng, balances).model_dump(mode="json"),
         success=[expect(["accounts"], "equals", expected, "balances after the sweep")],
         checkpoints=[

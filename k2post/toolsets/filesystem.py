@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from environments.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
-from environments.toolsets.checks import (
+from k2post.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
+from k2post.toolsets.checks import (
     Checkpoint,
     Scenario,
     StateCheck,
@@ -103,9 +103,7 @@ class FileSystemToolset(Toolset):
             ["path", "content"],
         ),
         tool_spec("delete_file", "Delete a file.", {"path": _PATH}, ["path"]),
-        tool_spec(
-            "make_dir", "Create a directory (its parent must exist).", {"path": _PATH}, ["path"]
-        ),
+        tool_spec("make_dir", "Create a directory (its parent must exist).", {"path": _PATH}, ["path"]),
         tool_spec(
             "move",
             "Move or rename a file. A destination that is a directory keeps the file name.",
@@ -126,9 +124,7 @@ class FileSystemToolset(Toolset):
         directory = normalize_path(path)
         if not _is_dir(state, directory):
             raise ToolError(f"no such directory {path!r}")
-        names = [
-            posixpath.basename(d) + "/" for d in state.dirs if posixpath.dirname(d) == directory
-        ]
+        names = [posixpath.basename(d) + "/" for d in state.dirs if posixpath.dirname(d) == directory]
         names += [posixpath.basename(f) for f in state.files if posixpath.dirname(f) == directory]
         names.sort()
         return "\n".join(names) if names else "(empty directory)"
@@ -232,9 +228,7 @@ def _document(rng: random.Random, first_line: str) -> str:
 
 
 def _state(rng: random.Random, files: dict[str, str], dirs: list[str]) -> dict[str, Any]:
-    state = FileSystemState(
-        seed=rng.randrange(2**31), files=dict(sorted(files.items())), dirs=sorted(dirs)
-    )
+    state = FileSystemState(seed=rng.randrange(2**31), files=dict(sorted(files.items())), dirs=sorted(dirs))
     return state.model_dump(mode="json")
 
 

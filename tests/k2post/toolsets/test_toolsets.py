@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from environments.toolsets import TEMPLATES, TOOLSETS, get_toolset, is_error, load_state
-from environments.toolsets.bank import BankState, money_alternatives
-from environments.toolsets.base import ToolsetState
-from environments.toolsets.calendar import CalendarState, Event, time_alternatives
-from environments.toolsets.checks import (
+from k2post.toolsets import TEMPLATES, TOOLSETS, get_toolset, is_error, load_state
+from k2post.toolsets.bank import BankState, money_alternatives
+from k2post.toolsets.base import ToolsetState
+from k2post.toolsets.calendar import CalendarState, Event, time_alternatives
+from k2post.toolsets.checks import (
     CallPattern,
     Checkpoint,
     StateCheck,
@@ -24,8 +24,8 @@ from environments.toolsets.checks import (
     check_state,
     values_match,
 )
-from environments.toolsets.filesystem import FileSystemState
-from environments.toolsets.schema import check_arguments
+from k2post.toolsets.filesystem import FileSystemState
+from k2post.toolsets.schema import check_arguments
 
 
 def fs_state() -> FileSystemState:
@@ -108,9 +108,7 @@ HAPPY: list[tuple[str, str, dict[str, Any], str, Check]] = [
             "attendees": ["Ann"],
         },
         "Created evt-2",
-        lambda s: (
-            s.events[-1].start == "09:30" and s.events[-1].duration_minutes == 30 and s.next_id == 3
-        ),
+        lambda s: s.events[-1].start == "09:30" and s.events[-1].duration_minutes == 30 and s.next_id == 3,
     ),
     ("calendar", "delete_event", {"event_id": "evt-1"}, "Deleted evt-1", lambda s: s.events == []),
     (
@@ -148,9 +146,7 @@ HAPPY: list[tuple[str, str, dict[str, Any], str, Check]] = [
 
 
 @pytest.mark.parametrize(("toolset", "tool", "arguments", "expected", "check"), HAPPY)
-def test_tool_happy_path(
-    toolset: str, tool: str, arguments: dict[str, Any], expected: str, check: Check
-) -> None:
+def test_tool_happy_path(toolset: str, tool: str, arguments: dict[str, Any], expected: str, check: Check) -> None:
     state = STATES[toolset]()
     result = get_toolset(toolset).call(state, tool, arguments)
     assert not is_error(result), result
@@ -339,9 +335,7 @@ def test_tool_argument_errors(toolset: str, tool: str, arguments: Any, fragment:
         ),
     ],
 )
-def test_schema_checker(
-    schema: dict[str, Any], arguments: dict[str, Any], fragment: str | None
-) -> None:
+def test_schema_checker(schema: dict[str, Any], arguments: dict[str, Any], fragment: str | None) -> None:
     error = check_arguments(schema, arguments)
     assert error is None if fragment is None else fragment in (error or "")
 
@@ -351,9 +345,7 @@ def test_specs_are_closed_json_schemas(name: str) -> None:
     toolset = get_toolset(name)
     assert len(toolset.tools()) >= (2 if name == "calculator" else 4)  # calculator: kept short
     for spec in toolset.tools():
-        assert (
-            spec.parameters["type"] == "object" and spec.parameters["additionalProperties"] is False
-        )
+        assert spec.parameters["type"] == "object" and spec.parameters["additionalProperties"] is False
         assert hasattr(toolset, f"tool_{spec.name}") and spec.description
         assert json.loads(json.dumps(spec.to_openai()))["function"]["name"] == spec.name
 
@@ -417,9 +409,7 @@ def test_template_is_deterministic_and_its_reference_passes(template: str) -> No
                 result = toolset.call(state, call.name, call.arguments)
                 assert not is_error(result), (seed, call, result)
                 arguments = toolset.canonical_arguments(call.name, call.arguments)
-                records.append(
-                    ToolCallRecord(turn=turn, id="x", name=call.name, arguments=arguments, ok=True)
-                )
+                records.append(ToolCallRecord(turn=turn, id="x", name=call.name, arguments=arguments, ok=True))
         final = state.model_dump(mode="json")
         assert all(check_state(check, final) for check in scenario.success), seed
         assert all(check_checkpoint(cp, records, final) for cp in scenario.checkpoints), seed
@@ -459,9 +449,7 @@ def test_answer_matching(groups: list[list[str]], text: str, expected: bool) -> 
 
 
 def test_answer_alternative_helpers() -> None:
-    assert money_alternatives(12_500) == ["125.00", "$125"] and money_alternatives(12_550) == [
-        "125.50"
-    ]
+    assert money_alternatives(12_500) == ["125.00", "$125"] and money_alternatives(12_550) == ["125.50"]
     assert "2 pm" in time_alternatives(14 * 60) and time_alternatives(9 * 60 + 30) == [
         "09:30",
         "9:30",
@@ -469,9 +457,7 @@ def test_answer_alternative_helpers() -> None:
 
 
 def _record(position: int, tool: str, ok: bool = True, **arguments: Any) -> ToolCallRecord:
-    return ToolCallRecord(
-        turn=position, id=f"functions.{tool}:{position}", name=tool, arguments=arguments, ok=ok
-    )
+    return ToolCallRecord(turn=position, id=f"functions.{tool}:{position}", name=tool, arguments=arguments, ok=ok)
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,7 @@ import re
 from collections.abc import Sequence
 
 from k2post.chat.types import Message
-from rubrics.schema import Rubric
+from k2post.judging.rubric import Rubric
 
 TAGS = ("conversation", "response_a", "response_b")
 """Delimiter tag names; a response's text sits between `<response_a>\\n` and `\\n</response_a>`."""
@@ -118,7 +118,9 @@ def format_rubrics(rubrics: Sequence[Rubric]) -> str:
     return "\n".join(lines)
 
 
-def _pair_blocks(prompt_messages: Sequence[Message], response_a: str, response_b: str, max_chars: int | None) -> list[str]:
+def _pair_blocks(
+    prompt_messages: Sequence[Message], response_a: str, response_b: str, max_chars: int | None
+) -> list[str]:
     """The tagged conversation and the two (escaped, clipped) responses of a judge prompt."""
     return [
         _block("conversation", _conversation(prompt_messages, max_chars)),

@@ -17,13 +17,13 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 
-from environments.toolsets import bank, calculator, calendar, filesystem
-from environments.toolsets.bank import BankState, BankToolset
-from environments.toolsets.base import ERROR_PREFIX, ToolError, Toolset, ToolsetState, is_error
-from environments.toolsets.calculator import CalculatorState, CalculatorToolset
-from environments.toolsets.calendar import CalendarState, CalendarToolset
-from environments.toolsets.checks import Scenario
-from environments.toolsets.filesystem import FileSystemState, FileSystemToolset
+from k2post.toolsets import bank, calculator, calendar, filesystem
+from k2post.toolsets.bank import BankState, BankToolset
+from k2post.toolsets.base import ERROR_PREFIX, ToolError, Toolset, ToolsetState, is_error
+from k2post.toolsets.calculator import CalculatorState, CalculatorToolset
+from k2post.toolsets.calendar import CalendarState, CalendarToolset
+from k2post.toolsets.checks import Scenario
+from k2post.toolsets.filesystem import FileSystemState, FileSystemToolset
 
 AnyToolsetState = Annotated[
     FileSystemState | CalendarState | BankState | CalculatorState,
@@ -32,8 +32,7 @@ AnyToolsetState = Annotated[
 """Any toolset's state; the `toolset` field picks the class when validating a dump."""
 
 TOOLSETS: dict[str, Toolset] = {
-    toolset.name: toolset
-    for toolset in (FileSystemToolset(), CalendarToolset(), BankToolset(), CalculatorToolset())
+    toolset.name: toolset for toolset in (FileSystemToolset(), CalendarToolset(), BankToolset(), CalculatorToolset())
 }
 
 TemplateFn = Callable[[random.Random], Scenario]
@@ -44,9 +43,7 @@ TEMPLATES_BY_TOOLSET: dict[str, dict[str, TemplateFn]] = {
     "calculator": calculator.TEMPLATES,
 }
 TEMPLATES: dict[str, TemplateFn] = {
-    name: template
-    for templates in TEMPLATES_BY_TOOLSET.values()
-    for name, template in templates.items()
+    name: template for templates in TEMPLATES_BY_TOOLSET.values() for name, template in templates.items()
 }
 """Template name → function making a Scenario from an RNG (deterministic given its state)."""
 

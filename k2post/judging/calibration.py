@@ -8,7 +8,7 @@ A `CalibrationPair` is one verifiable prompt with two responses the verifier sco
 or above the success threshold, one below. Pairs come from on-policy samples (a rollout group with
 mixed rewards: `pairs_from_group`; the RL controller harvests them every iteration) or from a
 model sampled offline (`k2post critic pairs`, for held-out pairs). `calibration_task` turns a pair
-into the pairwise judge prompt of `rubrics.prompts.judge_messages`, with the correct response at
+into the pairwise judge prompt of `k2post.judging.prompts.judge_messages`, with the correct response at
 A or B by a seeded coin (so a judge that always says A agrees half the time), and the gold
 position in `Task.answer`. The `critic_calibration` environment serves these tasks and rewards a
 verdict that agrees with the verifier (`agreement`).
@@ -31,14 +31,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from k2post.chat.types import Message
 from k2post.envs.base import Reward, Task
-from rubrics.prompts import compact_judge_messages, judge_messages
-from rubrics.schema import Rubric
-from rubrics.verdict import parse_verdict
+from k2post.judging.prompts import compact_judge_messages, judge_messages
+from k2post.judging.rubric import Rubric
+from k2post.judging.verdict import parse_verdict
 
 CORRECTNESS_RUBRIC = Rubric(
-    name="verified_correctness", kind="task", title="Correct final answer",
+    name="verified_correctness",
+    kind="task",
+    title="Correct final answer",
     text="The question has one correct final answer. The response whose final answer is correct is better, "
-         "whatever its style or length; a wrong final answer loses.",
+    "whatever its style or length; a wrong final answer loses.",
 )
 
 MALFORMED_REPLIES: dict[str, str] = {
@@ -74,19 +76,52 @@ class CalibrationPair(BaseModel):
     @property
     def key(self) -> str:
         """A stable id of the pair (source task + both texts)."""
-        digest = hashlib.sha1(f"{self.source_env}\0{self.source_task_id}\0{self.correct}\0{self.wrong}".encode()).hexdigest()
+        digest = hashlib.sha1(
+            f"{self.source_env}\0{self.source_task_id}\0{self.correct}\0{self.wrong}".encode()
+        ).hexdigest()
         return f"{self.source_env}-{self.source_task_id}-{digest[:10]}"
 
 
-def pairs_from_group(source_env: str, task: Task, responses: Sequence[str], rewards: Sequence[float], threshold: float,
-                     max_pairs: int, seed: int) -> list[CalibrationPair]:
+def verified_pair(env: Any, task: Task, correct: str, wrong: str) -> CalibrationPair:
+    """A (correct, wrong) pair of replies to `task`, both scored by `env`, the task's own verifier (callers keep
+    it when `correct_reward >= threshold > wrong_reward`). Reference pairs and the critic's SFT rows use it."""
+    return CalibrationPair(
+        source_env=env.name,
+        source_task_id=task.id,
+        prompt=list(task.messages),
+        correct=correct,
+        wrong=wrong,
+        correct_reward=env.score(task, correct).value,
+        wrong_reward=env.score(task, wrong).value,
+    )
+
+
+def pairs_from_group(
+    source_env: str,
+    task: Task,
+    responses: Sequence[str],
+    rewards: Sequence[float],
+    threshold: float,
+    max_pairs: int,
+    seed: int,
+) -> list[CalibrationPair]:
     """Up to `max_pairs` (correct, wrong) pairs of distinct texts from one prompt's K scored responses."""
     correct = list(dict.fromkeys((r, v) for r, v in zip(responses, rewards) if v >= threshold and r.strip()))
     wrong = list(dict.fromkeys((r, v) for r, v in zip(responses, rewards) if v < threshold and r.strip()))
     combos = [(c, w) for c in correct for w in wrong if c[0] != w[0]]
     random.Random(f"{seed}:{task.id}").shuffle(combos)
-    return [CalibrationPair(source_env=source_env, source_task_id=task.id, prompt=list(task.messages), correct=c[0], wrong=w[0],
-                            correct_reward=c[1], wrong_reward=w[1]) for c, w in combos[:max_pairs]]
+    return [
+        CalibrationPair(
+            source_env=source_env,
+            source_task_id=task.id,
+            prompt=list(task.messages),
+            correct=c[0],
+            wrong=w[0],
+            correct_reward=c[1],
+            wrong_reward=w[1],
+        )
+        for c, w in combos[:max_pairs]
+    ]
 
 
 def correct_position(pair: CalibrationPair, seed: int, correct_at_a: float = 0.5) -> str:
@@ -94,8 +129,14 @@ def correct_position(pair: CalibrationPair, seed: int, correct_at_a: float = 0.5
     return "A" if random.Random(f"{seed}:{pair.key}").random() < correct_at_a else "B"
 
 
-def calibration_task(pair: CalibrationPair, rubrics: Sequence[Rubric], seed: int, env_name: str = "critic_calibration",
-                     compact: bool = False, correct_at_a: float = 0.5) -> Task:
+def calibration_task(
+    pair: CalibrationPair,
+    rubrics: Sequence[Rubric],
+    seed: int,
+    env_name: str = "critic_calibration",
+    compact: bool = False,
+    correct_at_a: float = 0.5,
+) -> Task:
     """The judge prompt of a pair as a Task; `answer` is the position of the verified-correct response.
 
     `compact`: the short one-message prompt (`compact_judge_messages`) instead of the full one.
@@ -104,15 +145,27 @@ def calibration_task(pair: CalibrationPair, rubrics: Sequence[Rubric], seed: int
     gold = correct_position(pair, seed, correct_at_a)
     first, second = (pair.correct, pair.wrong) if gold == "A" else (pair.wrong, pair.correct)
     messages = (compact_judge_messages if compact else judge_messages)(pair.prompt, first, second, rubrics)
-    return Task(id=f"cal-{pair.key}", env=env_name, task_type="critic", messages=messages,
-                answer=gold, metadata={"source_env": pair.source_env, "source_task_id": pair.source_task_id,
-                                       "source_prompt": [m.model_dump(mode="json", exclude_none=True) for m in pair.prompt],
-                                       "responses": [first, second]})
+    return Task(
+        id=f"cal-{pair.key}",
+        env=env_name,
+        task_type="critic",
+        messages=messages,
+        answer=gold,
+        metadata={
+            "source_env": pair.source_env,
+            "source_task_id": pair.source_task_id,
+            "source_prompt": [m.model_dump(mode="json", exclude_none=True) for m in pair.prompt],
+            "responses": [first, second],
+        },
+    )
 
 
 def agreement(task: Task, response: Any) -> Reward:
     """1.0 when the verdict names the verified-correct position; 0 for the other, a tie or no verdict."""
     verdict = parse_verdict(response if isinstance(response, str) else "")
     agree = float(verdict.winner is not None and verdict.winner == task.answer)
-    return Reward(value=agree, breakdown={"agree": agree, "parsed": float(verdict.parsed)},
-                  info={"verdict": verdict.winner or ("tie" if verdict.parsed else "unparseable"), "gold": task.answer})
+    return Reward(
+        value=agree,
+        breakdown={"agree": agree, "parsed": float(verdict.parsed)},
+        info={"verdict": verdict.winner or ("tie" if verdict.parsed else "unparseable"), "gold": task.answer},
+    )

@@ -17,10 +17,10 @@ A bare lower-case "a" is only read as a verdict after a keyword and before the e
 clause ("winner: a", not "the winner is a tie" or "I prefer a longer answer").
 
 Only the last `MAX_CHARS` characters are read (after the last `</think>`), so huge replies
-cost little. A tie is `Verdict(None, True, ...)`; an unreadable reply is
-`Verdict(None, False, ...)` — callers count it as a tie and report it in metrics.
+cost little. A tie is `PairVerdict(None, True, ...)`; an unreadable reply is
+`PairVerdict(None, False, ...)` — callers count it as a tie and report it in metrics.
 
-    parse_verdict("Both are fine, but B is shorter. [[B]]")   # Verdict('B', True, 'bracket')
+    parse_verdict("Both are fine, but B is shorter. [[B]]")   # PairVerdict('B', True, 'bracket')
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _TIE = "TIE"
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PairVerdict:
     """Outcome of one judge call, in position terms (A = first shown, B = second)."""
 
     winner: Winner | None
@@ -184,7 +184,7 @@ def _phrase_value(match: re.Match[str], inverted: bool) -> str:
 
 
 def _from_phrases(text: str) -> str | None:
-    """Verdict from wording like "Winner: A" or "Response B is better"; may be 'CONFLICT'."""
+    """A verdict from wording like "Winner: A" or "Response B is better"; may be 'CONFLICT'."""
     hits = [
         (match.start(), _phrase_value(match, inverted))
         for pattern, inverted in _PHRASES
@@ -194,7 +194,7 @@ def _from_phrases(text: str) -> str | None:
 
 
 def _from_lone(text: str) -> str | None:
-    """Verdict when the last non-empty line is only a verdict token."""
+    """The verdict when the last non-empty line is only a verdict token."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return None
@@ -210,20 +210,20 @@ def _tail(text: Any) -> str | None:
     return (after if sep else text)[-MAX_CHARS:]
 
 
-def _verdict(value: str, method: str) -> Verdict:
-    """Verdict for an 'A' / 'B' / 'TIE' / 'CONFLICT' value found by `method`."""
+def _verdict(value: str, method: str) -> PairVerdict:
+    """The verdict for an 'A' / 'B' / 'TIE' / 'CONFLICT' value found by `method`."""
     if value == "CONFLICT":
-        return Verdict(None, False, f"{method}_conflict")
-    return Verdict(None if value == _TIE else value, True, method)  # type: ignore[arg-type]
+        return PairVerdict(None, False, f"{method}_conflict")
+    return PairVerdict(None if value == _TIE else value, True, method)  # type: ignore[arg-type]
 
 
-def parse_verdict(text: Any) -> Verdict:
+def parse_verdict(text: Any) -> PairVerdict:
     """The judge's verdict in `text` (see the module docstring for what is understood)."""
     tail = _tail(text)
     if tail is None:
-        return Verdict(None, False, "not_text")
+        return PairVerdict(None, False, "not_text")
     if not tail.strip():
-        return Verdict(None, False, "empty")
+        return PairVerdict(None, False, "empty")
     brackets = [(m.start(), m.group(1).upper()) for m in _BRACKET.finditer(tail)]
     readers = (
         ("bracket", lambda: _last_consistent(brackets, tail)),
@@ -235,4 +235,4 @@ def parse_verdict(text: Any) -> Verdict:
         value = read()
         if value is not None:
             return _verdict(value, method)
-    return Verdict(None, False, "none")
+    return PairVerdict(None, False, "none")

@@ -1,6 +1,6 @@
 """Stateful tool simulators: a JSON-able `ToolsetState` plus a `Toolset` that runs calls on it.
 
-A toolset is independent of any environment: the RL gym (`environments.tool_use`) and the SFT
+A toolset is core (no environment imports): the RL gym (`environments.tool_use`) and the SFT
 data synthesis both drive it the same way.
 
     toolset = FileSystemToolset()
@@ -22,10 +22,17 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.toolsets.schema import check_arguments, with_defaults
+from k2post.toolsets.schema import check_arguments, with_defaults
 from k2post.chat.types import ToolSpec
 
 ERROR_PREFIX = "Error: "
+SYSTEM_PROMPT = (
+    "You are an assistant that completes the user's request by calling the tools of {what}. "
+    "Call tools as needed and read their results; when you are done, reply to the user in plain "
+    "text without tool calls (that message ends the conversation). {context}"
+)
+"""The system prompt of a tool task (`what`, `context`: the toolset's): the tool_use gym and SFT synthesis
+share it, so synthesized SFT data matches what RL shows the model."""
 
 
 class ToolError(Exception):
@@ -39,9 +46,7 @@ class ToolsetState(BaseModel):
 
     seed: int = Field(0, description="Seed of the state's RNG.")
     rng_draws: int = Field(0, ge=0, description="How many random numbers were drawn so far.")
-    failure_rate: float = Field(
-        0.0, ge=0.0, le=1.0, description="Probability that a valid call fails transiently."
-    )
+    failure_rate: float = Field(0.0, ge=0.0, le=1.0, description="Probability that a valid call fails transiently.")
 
     def draw(self) -> float:
         """The next uniform [0, 1) number of the state's RNG (deterministic, advances it)."""
@@ -55,9 +60,7 @@ def is_error(result: str) -> bool:
     return result.startswith(ERROR_PREFIX)
 
 
-def tool_spec(
-    name: str, description: str, properties: dict[str, Any], required: list[str]
-) -> ToolSpec:
+def tool_spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> ToolSpec:
     """A ToolSpec whose parameters are a closed JSON-schema object."""
     parameters = {
         "type": "object",

@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
-from environments.toolsets.checks import Checkpoint, Scenario, called, expect, ref_call
+from k2post.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
+from k2post.toolsets.checks import Checkpoint, Scenario, called, expect, ref_call
 
 LIMIT = 999_999_999
 """Largest operand magnitude (products stay inside a signed 64-bit integer)."""

@@ -1,0 +1,78 @@
+"""The one shape of a `k2post` command: its parser, and the error wrapper every command runs under.
+
+Every command is `pipelines/<command>.py` with `main(argv: list[str] | None = None) -> int`:
+
+    def main(argv: list[str] | None = None) -> int:
+        parser = command_parser("sft", "supervised fine-tuning ...")
+        add_config_arguments(parser, "sft", "configs/sft_tool_use.yaml")
+        return run_command(parser, argv, handler)      # handler(args) -> exit status
+
+`k2post <command> ...` (k2post/cli.py) and `python -m pipelines.<command> ...` both end in that
+`main`, so both print the same errors: a user error (`USER_ERRORS`: ConfigError and the other
+ValueErrors — SFT data / run-dir / resume errors, RL run-dir errors, env registry and golden-file
+errors —, KeyError, FileNotFoundError, FileExistsError, and `UserError` subclasses such as
+SynthError, the recipe's StageError and ServerStartError) is one line
+`k2post <command>: error: <message>` on stderr, last, and exit status 2, never a traceback.
+A usage error is argparse's own (usage line, then `k2post <command>: error: ...`), also status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+
+class UserError(Exception):
+    """Base of user-facing errors that are not ValueErrors (a failed stage, a server that did not start)."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, KeyError, FileNotFoundError, FileExistsError, UserError)
+
+
+def command_parser(command: str, description: str) -> argparse.ArgumentParser:
+    """The parser of `k2post <command>` (its prog is also the error prefix)."""
+    return argparse.ArgumentParser(prog=f"k2post {command}", description=description)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, kind: str, example: str) -> None:
+    """`CONFIG [key.path=value ...]`: a `kind: <kind>` YAML file and dotted overrides."""
+    parser.add_argument("file", metavar="CONFIG", help=f"a `kind: {kind}` YAML config, e.g. {example}")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="key.path=value", help="dotted overrides")
+
+
+def error_message(err: BaseException) -> str:
+    """The message of an error (a KeyError's without the quotes str() adds)."""
+    if isinstance(err, KeyError) and err.args:
+        return str(err.args[0])
+    return str(err)
+
+
+def report_error(prog: str, err: BaseException) -> int:
+    """Print `<prog>: error: <first line>` as the last stderr line (further lines, e.g. a log tail, above it); 2."""
+    first, *details = error_message(err).splitlines() or [""]
+    for line in details:
+        print(line, file=sys.stderr)
+    print(f"{prog}: error: {first.rstrip(':')}", file=sys.stderr, flush=True)
+    return 2
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """Parsed arguments, or the exit status argparse chose (2 after a usage error, 0 after --help)."""
+    try:
+        return parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else 2
+
+
+def run_command(
+    parser: argparse.ArgumentParser, argv: list[str] | None, handler: Callable[[argparse.Namespace], int]
+) -> int:
+    """Parse `argv` (sys.argv[1:] when None) and return `handler(args)`; a user error is one line and status 2."""
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    try:
+        return handler(args)
+    except USER_ERRORS as err:
+        return report_error(parser.prog, err)

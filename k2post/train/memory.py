@@ -1,0 +1,19 @@
+"""Memory readings of the current process (trainer ranks, rollout actors, benchmarks): `rss_mib()` is the
+resident memory now and `peak_rss_mib()` the peak so far, both in MiB."""
+
+from __future__ import annotations
+
+import os
+import resource
+
+
+def rss_mib() -> float:
+    """Resident memory of this process now (MiB)."""
+    with open("/proc/self/statm") as handle:
+        pages = int(handle.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

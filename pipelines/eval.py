@@ -1,0 +1,96 @@
+"""`k2post eval MODEL_OR_RUN_DIR [--env NAME] [--env-config YAML] [--n N] [--seed S] [--split SPLIT]`:
+held-out accuracy per environment.
+
+    k2post eval runs/rl_demo --n 100 --seed 3                 # a run dir: its final model, its envs and budgets
+    k2post eval artifacts/models/tiny-qwen2 --env math --env-config math.yaml --n 64
+    k2post eval runs/sft_demo/final --env reasoning_gym --env-config configs/rl_demo.yaml  # env configs of an RL config
+    python -m pipelines.eval runs/rl_demo --split shifted    # the same without the console script
+
+How the target, env configs, budgets and the report path are resolved: k2post/evaluation/request.py
+(docs/EVAL.md). `--split`: test (default: the report), dev (choosing settings), shifted (a held-out
+distribution shift), train. Prints a table and where the JSON report went; a bad flag, file or env is
+one line `k2post eval: error: ...` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from k2post.command import command_parser, run_command
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, env_help: str) -> None:
+    """MODEL_OR_RUN_DIR, --env, --env-config, --n, --seed, --max-tokens (shared with `k2post critic pairs`)."""
+    parser.add_argument(
+        "target", metavar="MODEL_OR_RUN_DIR", help="HF model dir, or a run dir (its final/ or newest checkpoint)"
+    )
+    parser.add_argument("--env", action="append", metavar="NAME", help=env_help)
+    parser.add_argument(
+        "--env-config", action="append", metavar="YAML", help="env config, or a run config with an `envs:` list"
+    )
+    parser.add_argument("--n", type=int, default=64, help="tasks per environment (default 64)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the task draw (default 0)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="token budget of every task type (default: the run's, else 256)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("eval", "held-out accuracy per environment of a model or run dir (vLLM, isolated scoring)")
+    add_target_arguments(
+        parser, "environment to evaluate on (repeatable; default: the run's envs, or those of --env-config)"
+    )
+    parser.add_argument(
+        "--split",
+        choices=("test", "dev", "shifted", "train"),
+        default="test",
+        help="task split: test (default, the report), dev (choosing settings), shifted (generalization), train",
+    )
+    parser.add_argument("--samples", type=int, default=1, help="episodes per task; >1 needs --temperature > 0 (avg@k)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    parser.add_argument(
+        "--out", default=None, help="report path (default <run or model dir>/eval/<envs>-n<N>-s<S>.json)"
+    )
+    return parser
+
+
+def request_from_args(args: argparse.Namespace, **changes):
+    """The `EvalRequest` of parsed eval (or critic pairs) flags, with `changes` on top."""
+    from k2post.evaluation.request import EvalRequest
+
+    flags = {
+        "target": args.target,
+        "envs": args.env or [],
+        "env_configs": args.env_config or [],
+        "n": args.n,
+        "seed": args.seed,
+        "split": args.split,
+        "samples": getattr(args, "samples", 1),
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+        "out": getattr(args, "out", None),
+    }
+    return EvalRequest(**{**flags, **changes})
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation; print the table and where the report went."""
+    from rich.console import Console
+
+    from k2post.evaluation.heldout import evaluate, report_table
+    from k2post.evaluation.request import build_eval_config
+
+    cfg = build_eval_config(request_from_args(args))
+    report = evaluate(cfg)
+    console = Console(width=120)
+    console.print(report_table(report))
+    console.print(f"report: {cfg.report_path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv, run)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

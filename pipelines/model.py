@@ -1,0 +1,52 @@
+"""`k2post model`: build a tiny model + tokenizer from a named flavor, list the flavors.
+
+    k2post model init --flavor tiny-qwen2 --out artifacts/models/tiny-qwen2 [--seed 0] [--overwrite]
+    k2post model flavors
+    python -m pipelines.model flavors               # the same without the console script
+
+Exit status 2 (one line `k2post model: error: ...`) for an unknown flavor or an existing output dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from k2post.command import command_parser, run_command
+
+
+def _init(args: argparse.Namespace) -> int:
+    from k2post.models.init import init_model_dir
+
+    path = init_model_dir(args.flavor, args.out, seed=args.seed, vocab_size=args.vocab_size, overwrite=args.overwrite)
+    print(f"model written to {path}")
+    return 0
+
+
+def _flavors(args: argparse.Namespace) -> int:
+    from k2post.models.flavors import FLAVORS
+
+    for name in sorted(FLAVORS):
+        print(name)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("model", "build and inspect models")
+    sub = parser.add_subparsers(dest="model_cmd", required=True)
+    init = sub.add_parser("init", help="build a tiny model + tokenizer from a named flavor, in HF format")
+    init.add_argument("--flavor", required=True, help="flavor name (see `k2post model flavors`)")
+    init.add_argument("--out", required=True, help="output directory (HF format)")
+    init.add_argument("--seed", type=int, default=0, help="init seed (default 0)")
+    init.add_argument("--vocab-size", type=int, default=4096, help="tokenizer vocab size (default 4096)")
+    init.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    init.set_defaults(func=_init)
+    sub.add_parser("flavors", help="list the model flavors").set_defaults(func=_flavors)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv, lambda args: args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

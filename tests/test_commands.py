@@ -1,0 +1,111 @@
+"""One entry-point shape: every `k2post <command>` is `pipelines/<command>.py:main`, errors are one line.
+
+Config errors are checked in process, through `k2post <command>` and `python -m pipelines.<command>`'s
+`main` alike: exactly one stderr line `k2post <command>: error: ...`, exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from k2post.cli import COMMANDS, main
+from k2post.command import USER_ERRORS, UserError, report_error
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_is_a_pipelines_module_with_main_and_its_own_parser(name):
+    module_name = COMMANDS[name].module
+    assert (REPO / "pipelines" / f"{module_name}.py").is_file()
+    module = importlib.import_module(f"pipelines.{module_name}")
+    assert callable(module.main) and module.build_parser().prog == f"k2post {name}"
+
+
+def test_help_lists_the_table_and_unknown_commands_are_one_line(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {name} " in out for name in COMMANDS)
+    assert main(["sfx", "configs/sft_tool_use.yaml"]) == 2
+    assert capsys.readouterr().err == "k2post: error: unknown command 'sfx' (did you mean 'sft'?)\n"
+
+
+def test_k2post_starts_without_importing_the_commands():
+    code = "import sys, k2post.cli; assert not [m for m in sys.modules if m.startswith(('pipelines', 'torch'))]"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+
+
+def _model_dir(path: Path) -> Path:
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    return path
+
+
+CONFIG_ERRORS = {
+    "synth": (["configs/demo.yaml"], "the command needs kind 'synth'"),
+    "sft": (["configs/sft_tool_use.yaml", "train.lr=1"], "train.lr: unknown key"),
+    "rl": (["configs/rl_demo.yaml", "loss.tau=-1"], "loss.tau"),
+    "recipe": (["configs/nope.yaml"], "configs/nope.yaml: config file not found"),
+    "demo": (["configs/demo.yaml", "sampling.temprature=0.5"], "did you mean 'temperature'?"),
+    "eval": (["{model}", "--env", "math", "--samples", "4"], "temperature > 0"),
+}
+
+
+@pytest.mark.parametrize("via", ["k2post", "pipelines"])
+@pytest.mark.parametrize("name", list(CONFIG_ERRORS))
+def test_config_error_is_one_line_with_the_command_prefix(capsys, monkeypatch, tmp_path, name, via):
+    monkeypatch.chdir(REPO)
+    args, needle = CONFIG_ERRORS[name]
+    model = str(_model_dir(tmp_path / "m"))
+    args = [a.replace("{model}", model) for a in args]
+    if via == "k2post":
+        status = main([name, *args])
+    else:
+        status = importlib.import_module(f"pipelines.{COMMANDS[name].module}").main(args)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.startswith(f"k2post {name}: error: ") and err.count("\n") == 1 and needle in err, err
+
+
+def test_usage_errors_are_argparse_s_with_the_same_prefix(capsys):
+    assert main(["sft"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "k2post sft: error: the following arguments are required: CONFIG"
+    assert main(["rl"]) == 2
+    assert capsys.readouterr().err == "k2post rl: error: give a CONFIG or --resume RUN_DIR\n"
+
+
+def test_a_multi_line_message_ends_with_the_one_error_line(capsys):
+    """A server's log tail (ServerStartError) comes before the error line, which names the log."""
+    from k2post.llm.serve import ServerStartError
+
+    err = ServerStartError("vLLM server exited with status 3 before it was ready; log /tmp/s.log:\nboom\nbad model")
+    assert report_error("k2post serve", err) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "boom",
+        "bad model",
+        "k2post serve: error: vLLM server exited with status 3 before it was ready; log /tmp/s.log",
+    ]
+
+
+def test_the_known_user_errors_are_caught():
+    from k2post.config.loader import ConfigError
+    from k2post.envs.golden import GoldenFileError
+    from k2post.envs.registry import EnvironmentRegistryError
+    from k2post.llm.serve import ServerStartError
+    from k2post.rl.controller import RLRunDirError
+    from k2post.sft.data import SFTDataError
+    from k2post.sft.trainer import RunDirError
+    from k2post.synth.pipeline import SynthError
+    from k2post.train.checkpoint import ResumeError
+    from pipelines.recipe import StageError
+
+    known = [ConfigError, GoldenFileError, EnvironmentRegistryError, ServerStartError, RLRunDirError, SFTDataError]
+    known += [RunDirError, SynthError, ResumeError, StageError, FileNotFoundError, FileExistsError, KeyError]
+    assert all(issubclass(cls, USER_ERRORS) for cls in known)
+    assert issubclass(SynthError, (UserError, RuntimeError)) and not issubclass(RuntimeError, USER_ERRORS)
