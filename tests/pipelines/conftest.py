@@ -58,7 +58,16 @@ def _session_tree(pgid: int) -> set[int]:
     return mine
 
 
-def _stop_tree(pgid: int, grace_s: float = 10.0) -> None:
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie waiting to be reaped has stopped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _stop_tree(pgid: int, grace_s: float = 5.0) -> None:
     """SIGTERM our head's processes, then SIGKILL whatever is left after `grace_s`."""
     pids = _session_tree(pgid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -68,9 +77,9 @@ def _stop_tree(pgid: int, grace_s: float = 10.0) -> None:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
-            time.sleep(0.2)
-        pids = {pid for pid in pids if Path(f"/proc/{pid}").exists()}
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.1)
+        pids = {pid for pid in pids if _alive(pid)}
         if not pids:
             return
 
@@ -80,12 +89,31 @@ def ray_head():
     temp = Path(tempfile.mkdtemp(prefix="k2ray_", dir="/tmp"))  # short: unix socket paths have a length limit
     gcs, dashboard, client, agent = _free_ports(4)
     env = dict(os.environ, RAY_AUTH_MODE="disabled", PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
-    command = [str(VENV_BIN / "ray"), "start", "--head", "--temp-dir", str(temp), "--port", str(gcs),
-               "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-               "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent),
-               "--num-cpus", "2", "--disable-usage-stats"]
-    start = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    command = [
+        str(VENV_BIN / "ray"),
+        "start",
+        "--head",
+        "--temp-dir",
+        str(temp),
+        "--port",
+        str(gcs),
+        "--include-dashboard",
+        "true",
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dashboard),
+        "--ray-client-server-port",
+        str(client),
+        "--dashboard-agent-listen-port",
+        str(agent),
+        "--num-cpus",
+        "2",
+        "--disable-usage-stats",
+    ]
+    start = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = start.communicate(timeout=120)
         assert start.returncode == 0, out[-3000:]

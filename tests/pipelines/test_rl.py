@@ -2,8 +2,9 @@
 
 - a bad config fails with one line before Ray or any actor starts;
 - `k2post rl CONFIG` writes the run dir (config, metrics.jsonl, TensorBoard, PNG plots, HF checkpoints, final/);
-- a run SIGKILLed between steps (just after a checkpoint) or at a random point, then continued with
-  `k2post rl --resume RUN_DIR`, ends with the same metrics and bit-identical weights as the uninterrupted run;
+- a run SIGKILLed between steps (just after a checkpoint), resumed with `k2post rl --resume RUN_DIR`, SIGKILLed
+  again at a random point and resumed to the end, ends with the same metrics and bit-identical weights as the
+  uninterrupted run;
 - 2 trainer ranks (ZeRO-2) + 2 rollout replicas: a SIGKILLed rollout actor is replaced, re-synced and the run goes on.
 
 The policy is the untrained tiny-qwen2 on instruction_following (partial rewards per constraint, so groups
@@ -33,18 +34,29 @@ VOLATILE = ("time/", "memory/", "push/")  # wall-clock and RSS figures differ be
 
 def _config(run_dir: Path, model_dir: Path, ray_tmp: Path, **overrides) -> dict:
     cfg = {
-        "kind": "rl", "run_dir": str(run_dir), "seed": 0,
+        "kind": "rl",
+        "run_dir": str(run_dir),
+        "seed": 0,
         "model": {"path": str(model_dir), "flavor": None},
         "envs": [{"name": "instruction_following", "config": {"max_constraints": 2}}],
-        "rollout": {"replicas": 1, "prompts_per_iteration": 4, "samples_per_prompt": 4,
-                    "engine": {"dtype": "float32", "max_model_len": 512, "max_num_seqs": 32, "kv_cache_gib": 0.5},
-                    "agentic": {"max_turns": 1, "max_turn_tokens": 32, "max_episode_tokens": 64}},
+        "rollout": {
+            "replicas": 1,
+            "prompts_per_iteration": 4,
+            "samples_per_prompt": 4,
+            "engine": {"dtype": "float32", "max_model_len": 512, "max_num_seqs": 32, "kv_cache_gib": 0.5},
+            "agentic": {"max_turns": 1, "max_turn_tokens": 32, "max_episode_tokens": 64},
+        },
         "loss": {"groups_per_step": 4, "micro_batch_size": 8, "tau": 0.05},
         "optim": {"lr": 0.02},
         "budget": {"default_max_tokens": 32, "penalty": "none"},
         "trainer": {"world_size": 1, "zero_stage": 1},
-        "train": {"iterations": 3, "prompt_pool_per_env": 32, "eval_every": 0, "eval_tasks_per_env": 8, "save_every": 1,
-                  "keep_checkpoints": 5},
+        "train": {
+            "iterations": 3,
+            "prompt_pool_per_env": 32,
+            "eval_every": 0,
+            "eval_tasks_per_env": 8,
+        },
+        "checkpoint": {"every": 1, "keep": 5},
         "ray": {"num_cpus": 2, "temp_dir": str(ray_tmp)},
     }
     for key, value in overrides.items():
@@ -103,65 +115,107 @@ def test_bad_config_is_rejected_before_any_actor_starts(work, tiny_qwen2_dir):
 
 @pytest.mark.slow
 def test_run_dir_then_sigkill_and_resume_matches_the_uninterrupted_run(work, tiny_qwen2_dir):
-    straight = work / "straight"
-    done = _cli(str(_write(work / "straight.yaml", _config(straight, tiny_qwen2_dir, work / "ray_a"))))
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    _check_run_dir(straight, tiny_qwen2_dir)
-    # between steps: just after the iteration-1 checkpoint; at a random point: a seeded delay into the run
-    delay = random.Random(int(os.environ.get("K2POST_KILL_SEED", time.time_ns() % 10_000))).uniform(0.0, 5.0)
-    print(f"random kill point: {delay:.2f}s after the first metrics row (K2POST_KILL_SEED to replay)")
-    for name, marker, wait_s in (("between", "checkpoints/iter-1/controller.pkl", 0.0), ("random", "metrics.jsonl", delay)):
-        killed = work / f"killed_{name}"
-        _kill_during(killed, _config(killed, tiny_qwen2_dir, work / f"ray_{name}"), killed / marker, wait_s, work)
-        assert not (killed / "final").exists()
-        done = _cli("--resume", str(killed), f"ray.temp_dir={work / f'ray_{name}_resume'}")
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        assert _stable(_metrics(killed)) == _stable(_metrics(straight)), name
-        a, b = load_file(str(straight / "final" / "model.safetensors")), load_file(str(killed / "final" / "model.safetensors"))
-        assert all((a[k] == b[k]).all() for k in a), name
-
-
-def _kill_during(run_dir: Path, cfg: dict, marker: Path, wait_s: float, work: Path) -> None:
-    """Start `k2post rl`, SIGKILL its whole process group `wait_s` after `marker` appears."""
-    config = _write(work / f"{run_dir.name}.yaml", cfg)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    log_path = work / f"{run_dir.name}.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "k2post.cli", "rl", str(config)], cwd=REPO, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    """One chain of kills against one uninterrupted run (started alongside, so the two share the 2 cores):
+    the chain is SIGKILLed between steps (just after the iteration-1 checkpoint), resumed, SIGKILLed again at a
+    random point of the resumed run, and resumed to the end; it must end like the uninterrupted run."""
+    straight, straight_log = work / "straight", work / "straight.log"
+    cfg = _config(straight, tiny_qwen2_dir, work / "ray_s")
+    reference = _start(["rl", str(_write(work / "straight.yaml", cfg))], straight_log)
+    killed, log = work / "killed", work / "killed.log"
     try:
-        _wait_for(marker, proc, 420, log_path)
+        # between steps: just after the iteration-1 checkpoint
+        cfg = _config(killed, tiny_qwen2_dir, work / "ray_k1")
+        proc = _start(["rl", str(_write(work / "killed.yaml", cfg))], log)
+        _kill_when(proc, lambda: (killed / "checkpoints/iter-1/controller.pkl").exists(), 0.0, log, work / "ray_k1")
+        assert not (killed / "final").exists() and _metrics(killed)[-1]["iteration"] == 1
+        # at a random point of the resumed run: a seeded delay after its setup rewrote metrics.jsonl (iterations 2-3
+        # and the final model are still to come)
+        delay = random.Random(int(os.environ.get("K2POST_KILL_SEED", time.time_ns() % 10_000))).uniform(0.0, 2.5)
+        print(f"random kill point: {delay:.2f}s after the resumed run's setup (K2POST_KILL_SEED to replay)")
+        stamp = (killed / "metrics.jsonl").stat().st_mtime_ns
+        proc = _start(["rl", "--resume", str(killed), f"ray.temp_dir={work / 'ray_k2'}"], log)
+        _kill_when(proc, lambda: (killed / "metrics.jsonl").stat().st_mtime_ns != stamp, delay, log, work / "ray_k2")
+        assert not (killed / "final").exists()
+        done = _cli("--resume", str(killed), f"ray.temp_dir={work / 'ray_r'}")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        reference.wait(timeout=600)
+    finally:
+        if reference.poll() is None:  # the chain failed: do not leave the uninterrupted run behind
+            os.killpg(reference.pid, signal.SIGKILL)
+            reference.wait()
+            _kill_leftovers(str(work / "ray_s"))
+    assert reference.returncode == 0, straight_log.read_text()[-3000:]
+    _check_run_dir(straight, tiny_qwen2_dir)
+    assert _stable(_metrics(killed)) == _stable(_metrics(straight))
+    a, b = (
+        load_file(str(straight / "final" / "model.safetensors")),
+        load_file(str(killed / "final" / "model.safetensors")),
+    )
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    """`k2post ARGS` in its own session, its output appended to `log`."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with open(log, "a") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "k2post.cli", *args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _kill_when(proc: subprocess.Popen, ready, wait_s: float, log: Path, ray_tmp: Path) -> None:
+    """SIGKILL `proc`'s whole process group (and its Ray's workers) `wait_s` after `ready()` turns true."""
+    try:
+        deadline = time.monotonic() + 420
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the kill point never came (rc={proc.poll()}):\n{log.read_text()[-3000:]}")
+            time.sleep(0.05)
         time.sleep(wait_s)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        _kill_leftovers(cfg["ray"]["temp_dir"])
-
-
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"{path} did not appear (rc={proc.poll()}):\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
+        _kill_leftovers(str(ray_tmp))
 
 
 def _check_run_dir(run_dir: Path, start_dir: Path) -> None:
     rows = _metrics(run_dir)
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
-    for key in ("reward/mean", "rollout/truncation_rate", "time/rollout_s", "time/train_s", "time/push_s",
-                "memory/colocated_peak_mib", "train/k15_loss", "rollout/groups_nonzero_adv_frac", "rollout/reward_std_mean"):
+    for key in (
+        "reward/mean",
+        "rollout/truncation_rate",
+        "time/rollout_s",
+        "time/train_s",
+        "time/push_s",
+        "memory/colocated_peak_mib",
+        "train/k15_loss",
+        "rollout/groups_nonzero_adv_frac",
+        "rollout/reward_std_mean",
+    ):
         assert all(key in r for r in rows[1:]), key
     assert "eval/instruction_following/accuracy" in rows[0] and "eval/instruction_following/accuracy" in rows[-1]
     assert (run_dir / "config.yaml").is_file() and list((run_dir / "tb").glob("events.out.tfevents.*"))
-    assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {"reward.png", "heldout_accuracy.png", "phase_times.png",
-                                                                   "weight_sync.png", "length_truncation.png",
-                                                                   "diagnostics.png"}
+    assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {
+        "reward.png",
+        "heldout_accuracy.png",
+        "phase_times.png",
+        "weight_sync.png",
+        "length_truncation.png",
+        "diagnostics.png",
+    }
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter-1", "iter-2", "iter-3"]
     from k2post.models.loading import load_causal_lm
 
     load_causal_lm(run_dir / "final")  # an HF model dir
-    before, after = load_file(str(start_dir / "model.safetensors")), load_file(str(run_dir / "final" / "model.safetensors"))
+    before, after = (
+        load_file(str(start_dir / "model.safetensors")),
+        load_file(str(run_dir / "final" / "model.safetensors")),
+    )
     assert any(not (before[k] == after[k]).all() for k in after)  # MuonClip steps moved the policy
 
 
@@ -173,8 +227,15 @@ def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_qwen2_
     from k2post.rl.controller import RLRun
     from k2post.rl.run_config import RLConfig
 
-    raw = _config(work / "dp", tiny_qwen2_dir, work / "ray_d", rollout={"replicas": 2},
-                  trainer={"world_size": 2, "zero_stage": 2}, train={"iterations": 2})
+    raw = _config(
+        work / "dp",
+        tiny_qwen2_dir,
+        work / "ray_d",
+        rollout={"replicas": 2, "prompts_per_iteration": 2},  # one group per replica
+        loss={"groups_per_step": 2, "micro_batch_size": 4},
+        trainer={"world_size": 2, "zero_stage": 2},
+        train={"iterations": 4},  # iterations 0-2 are driven below; no held-out eval falls due in them
+    )
     run = RLRun(validate_config(RLConfig, raw, "test"))
     try:
         run.setup()

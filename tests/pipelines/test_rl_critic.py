@@ -34,6 +34,8 @@ REPLIES = ["all in lowercase here.", "Not In Lowercase Here."]  # the policy say
 def coin_policy_dir(tiny_qwen2_dir, tmp_path_factory):
     """tiny-qwen2 trained briefly on both replies to lowercase-constraint prompts: it samples one or the
     other (an untrained model's groups are all-pass or all-fail, so nothing would be harvested)."""
+    import torch
+
     import environments  # noqa: F401  (registers the gyms)
     from k2post.chat.template import render_ids
     from k2post.chat.types import Message
@@ -50,23 +52,45 @@ def coin_policy_dir(tiny_qwen2_dir, tmp_path_factory):
             rendered = render_ids(tokenizer, [*task.messages, Message(role="assistant", content=reply)])
             trajectories.append(Trajectory(task, rendered.input_ids, rendered.assistant_mask, []))
     out = tmp_path_factory.mktemp("coin") / "policy"
-    train_on(tiny_qwen2_dir, out, trajectories, max_steps=40)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model's ops gain nothing from 2 threads, and lose 10x when the cores are busy
+    try:
+        train_on(tiny_qwen2_dir, out, trajectories, max_steps=40)
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
 def _config(run_dir: Path, model_dir: Path, ray_tmp: Path) -> dict:
     return {
-        "kind": "rl", "run_dir": str(run_dir), "seed": 0, "model": {"path": str(model_dir), "flavor": None},
-        "envs": [{"name": "instruction_following", "config": IF_CONFIG},
-                 {"name": "self_critique", "config": {"critic": {"rubric_kinds": ["core"], "max_tokens": 8}}},
-                 {"name": "critic_calibration", "config": {"sources": [{"name": "instruction_following", "config": IF_CONFIG}]}}],
-        "rollout": {"prompts_per_iteration": 6, "samples_per_prompt": K,
-                    "engine": {"dtype": "float32", "max_model_len": 1024, "max_num_seqs": 64, "kv_cache_gib": 0.5},
-                    "agentic": {"max_turns": 1, "max_turn_tokens": 24, "max_episode_tokens": 48}},
+        "kind": "rl",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"path": str(model_dir), "flavor": None},
+        "envs": [
+            {"name": "instruction_following", "config": IF_CONFIG},
+            {"name": "self_critique", "config": {"critic": {"rubric_kinds": ["core"], "max_tokens": 8}}},
+            {
+                "name": "critic_calibration",
+                "config": {"sources": [{"name": "instruction_following", "config": IF_CONFIG}]},
+            },
+        ],
+        "rollout": {
+            "prompts_per_iteration": 6,
+            "samples_per_prompt": K,
+            "engine": {"dtype": "float32", "max_model_len": 1024, "max_num_seqs": 64, "kv_cache_gib": 0.5},
+            "agentic": {"max_turns": 1, "max_turn_tokens": 24, "max_episode_tokens": 48},
+        },
         "loss": {"groups_per_step": 2, "micro_batch_size": 8, "max_steps_per_iteration": 3},
         "optim": {"lr": 0.001},
         "budget": {"default_max_tokens": 24, "penalty": "none"},
-        "train": {"iterations": 3, "prompt_pool_per_env": 16, "eval_every": 0, "eval_tasks_per_env": 4, "save_every": 2},
+        "train": {
+            "iterations": 3,
+            "prompt_pool_per_env": 16,
+            "eval_every": 0,
+            "eval_tasks_per_env": 2,
+        },
+        "checkpoint": {"every": 2},
         "critic": {"harvest_pairs_per_group": 2},
         "ray": {"num_cpus": 2, "temp_dir": str(ray_tmp)},
     }
@@ -79,19 +103,27 @@ def test_rl_with_the_critic_in_the_mix_logs_critic_metrics_and_grows_the_calibra
         work = Path(tmp)
         config = work / "rl.yaml"
         config.write_text(yaml.safe_dump(_config(work / "run", coin_policy_dir, work / "ray")))
-        first = run_bounded([sys.executable, "-m", "k2post.cli", "rl", str(config), "train.stop_at_iteration=2"], timeout=900, cwd=REPO)
+        first = run_bounded(
+            [sys.executable, "-m", "k2post.cli", "rl", str(config), "train.stop_at_iteration=2"], timeout=900, cwd=REPO
+        )
         assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-        done = run_bounded([sys.executable, "-m", "k2post.cli", "rl", "--resume", str(work / "run")], timeout=900, cwd=REPO)
+        done = run_bounded(
+            [sys.executable, "-m", "k2post.cli", "rl", "--resume", str(work / "run")], timeout=900, cwd=REPO
+        )
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         rows = read_metrics(work / "run" / "metrics.jsonl")[1:]
         judged = [r for r in rows if "critic/calls" in r]
         assert judged, "no self_critique group was judged"
         for row in judged:
             assert row["critic/calls"] % (K * (K - 1)) == 0 and row["critic/tokens"] > row["critic/calls"] * 50
-            assert all(0.0 <= row[k] <= 1.0 for k in ("critic/unparseable_rate", "critic/tie_rate", "critic/position_a_rate"))
+            assert all(
+                0.0 <= row[k] <= 1.0 for k in ("critic/unparseable_rate", "critic/tie_rate", "critic/position_a_rate")
+            )
         harvested = [r["calibration/harvested_tasks"] for r in rows]
         pool = [r["calibration/pool"] for r in rows]
-        assert len(rows) == 3 and harvested == sorted(harvested) and harvested[-1] > 0, harvested  # resume kept the count
+        assert len(rows) == 3 and harvested == sorted(harvested) and harvested[-1] > 0, (
+            harvested
+        )  # resume kept the count
         assert pool == sorted(pool) and pool[-1] >= harvested[-1], pool  # ... and the grown pool
         assert any("reward/critic_calibration" in r for r in rows), "harvested judge tasks were never rolled out"
         plots = {p.name for p in (work / "run" / "plots").glob("*.png")}

@@ -57,8 +57,10 @@ def judge_dir(tiny_qwen2_dir, tmp_path_factory):
         rendered = render_ids(tokenizer, dialogue)
         trajectories.append(Trajectory(TASK, rendered.input_ids, rendered.assistant_mask, dialogue[-1:]))
     out = tmp_path_factory.mktemp("judge") / "tiny-qwen2-judge"
-    worst = train_on(tiny_qwen2_dir, out, trajectories, max_steps=300, lr=1e-3)  # 3e-3 spiked (CI: 1.30 at step 150)
-    assert worst < 0.01, f"the judge did not learn its verdict (worst loss {worst:.4f})"
+    # lr 3e-3 spiked (CI: 1.30 at step 150); greedy needs the verdict's tokens on top, not a near-zero loss (0.03 =
+    # each of the ~5 tokens above 0.99), and the test checks the greedy verdicts themselves
+    worst = train_on(tiny_qwen2_dir, out, trajectories, max_steps=300, lr=1e-3, stop_below=0.03)
+    assert worst < 0.03, f"the judge did not learn its verdict (worst loss {worst:.4f})"
     return out
 
 

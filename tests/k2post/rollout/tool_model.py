@@ -86,11 +86,17 @@ def _loss(model, prompt: torch.Tensor, rest: torch.Tensor, mask: torch.Tensor) -
 
 
 def train_on(
-    model_dir: Path, out_dir: Path, trajectories: list[Trajectory], max_steps: int = 300, lr: float = 3e-3
+    model_dir: Path,
+    out_dir: Path,
+    trajectories: list[Trajectory],
+    max_steps: int = 300,
+    lr: float = 3e-3,
+    stop_below: float = 0.003,
 ) -> float:
     """Overfit the model on the trajectories' assistant tokens (full batch); saves to out_dir the
     weights with the lowest worst-trajectory loss seen (full-batch AdamW spikes now and then, and a
-    spike on the last step must not decide the test). Returns that worst trajectory's loss."""
+    spike on the last step must not decide the test); stops once it is below `stop_below`. Returns that worst
+    trajectory's loss."""
     from k2post.models.loading import load_causal_lm
 
     torch.manual_seed(0)
@@ -108,7 +114,7 @@ def train_on(
             losses.append(loss.item())
         if max(losses) < best:  # the losses belong to the weights before this step
             best, best_state = max(losses), {k: v.detach().clone() for k, v in model.state_dict().items()}
-        if best < 0.003:
+        if best < stop_below:
             break
         opt.step()
     model.load_state_dict(best_state)
