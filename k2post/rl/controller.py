@@ -38,11 +38,12 @@ from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_
 from k2post.rollout.agentic import EpisodeOptions, episode_tool_stats
 from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
 from k2post.rl.run_config import RLConfig
+from k2post.train import checkpoint as checkpoints
 from k2post.rl.sampling import PromptSampler
 from k2post.rl.schedules import temperature_for
 
 log = logging.getLogger(__name__)
-CHECKPOINTS, STATE_FILE = "checkpoints", "controller.pkl"
+CHECKPOINTS, STATE_FILE, ITERATION_PREFIX = checkpoints.CHECKPOINTS_DIR, "controller.pkl", "iter"
 
 
 class RLRunDirError(ValueError):
@@ -114,16 +115,9 @@ def progress_line(row: dict[str, Any], done: int, end: int, seconds_per_it: floa
     )
 
 
-def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(iteration, dir) of every complete iter-N checkpoint (has controller.pkl), oldest first."""
-    found = [(int(p.name[5:]), p) for p in (run_dir / CHECKPOINTS).glob("iter-*") if p.name[5:].isdigit()]
-    return sorted((n, p) for n, p in found if (p / STATE_FILE).is_file())
-
-
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete iter-N checkpoint, or None."""
-    done = complete_checkpoints(run_dir)
-    return done[-1][1] if done else None
+    """The newest complete iter-N checkpoint (it has controller.pkl), or None."""
+    return checkpoints.latest_checkpoint(run_dir, ITERATION_PREFIX, (STATE_FILE,))
 
 
 class RLRun:
@@ -564,9 +558,7 @@ class RLRun:
         """checkpoints/iter-N atomically: trainer engine state + HF model, paused episodes, controller state."""
         import ray
 
-        from k2post.train.checkpoint import publish
-
-        target = self.run_dir / CHECKPOINTS / f"iter-{iteration}"
+        target = self.run_dir / CHECKPOINTS / f"{ITERATION_PREFIX}-{iteration}"
         tmp = target.with_name(f".{target.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -579,13 +571,12 @@ class RLRun:
             pickle.dump(self.state, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        publish(tmp, target)
+        checkpoints.publish(tmp, target)
         self._prune()
         return target
 
     def _prune(self) -> None:
-        for _, path in complete_checkpoints(self.run_dir)[: -self.cfg.checkpoint.keep]:
-            shutil.rmtree(path, ignore_errors=True)
+        checkpoints.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep, ITERATION_PREFIX, (STATE_FILE,))
 
     def resume_from(self, checkpoint: Path) -> None:
         """Load the controller state, the trainer engine state and the paused episodes."""
@@ -712,14 +703,12 @@ class RLRun:
         if end >= self.cfg.train.iterations:
             final = self.run_dir / "final"
             shutil.copytree(
-                self.run_dir / CHECKPOINTS / f"iter-{end}",
+                self.run_dir / CHECKPOINTS / f"{ITERATION_PREFIX}-{end}",
                 final.with_name(".final.tmp"),
                 dirs_exist_ok=True,
                 ignore=shutil.ignore_patterns("engine", "rng", STATE_FILE),
             )
-            from k2post.train.checkpoint import publish
-
-            publish(final.with_name(".final.tmp"), final)
+            checkpoints.publish(final.with_name(".final.tmp"), final)
         rows = read_metrics(self.run_dir / "metrics.jsonl")
         plots = write_plots(self.run_dir / "metrics.jsonl", self.run_dir / "plots") if self.cfg.train.plots else []
         summary = {

@@ -33,7 +33,8 @@ from k2post.train.distributed import DistInfo, barrier
 STATE_FILE = "trainer_state.json"
 ENGINE_DIR, ENGINE_TAG = "engine", "state"
 CHECKPOINTS_DIR = "checkpoints"
-_STEP_DIR = re.compile(r"step-(\d+)")
+SFT_MARKERS = (STATE_FILE, ENGINE_DIR)
+"""What a complete SFT step-N checkpoint holds (RL's iter-N: its controller state, `k2post.rl.controller`)."""
 
 
 class ResumeError(ValueError):
@@ -68,26 +69,31 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / CHECKPOINTS_DIR / f"step-{step}"
 
 
-def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, dir) of every complete checkpoint, oldest first (temp dirs and partial dirs ignored)."""
-    root = run_dir / CHECKPOINTS_DIR
+def complete_checkpoints(
+    run_dir: Path, prefix: str = "step", markers: tuple[str, ...] = SFT_MARKERS
+) -> list[tuple[int, Path]]:
+    """(N, dir) of every complete `<prefix>-N` checkpoint (every marker file or dir in it), oldest first; temp dirs
+    and partial dirs are ignored."""
+    root, pattern = run_dir / CHECKPOINTS_DIR, re.compile(rf"{re.escape(prefix)}-(\d+)")
     found = []
     for path in root.iterdir() if root.is_dir() else []:
-        match = _STEP_DIR.fullmatch(path.name)
-        if match and (path / STATE_FILE).is_file() and (path / ENGINE_DIR).is_dir():
+        match = pattern.fullmatch(path.name)
+        if match and all((path / marker).exists() for marker in markers):
             found.append((int(match.group(1)), path))
     return sorted(found)
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
+def latest_checkpoint(run_dir: Path, prefix: str = "step", markers: tuple[str, ...] = SFT_MARKERS) -> Path | None:
     """The newest complete checkpoint of the run, or None."""
-    found = complete_checkpoints(run_dir)
+    found = complete_checkpoints(run_dir, prefix, markers)
     return found[-1][1] if found else None
 
 
-def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
+def prune_checkpoints(
+    run_dir: Path, keep: int, prefix: str = "step", markers: tuple[str, ...] = SFT_MARKERS
+) -> list[Path]:
     """Delete all but the newest `keep` complete checkpoints; returns the deleted dirs."""
-    old = [path for _, path in complete_checkpoints(run_dir)[:-keep]] if keep > 0 else []
+    old = [path for _, path in complete_checkpoints(run_dir, prefix, markers)[:-keep]] if keep > 0 else []
     for path in old:
         shutil.rmtree(path, ignore_errors=True)
     return old

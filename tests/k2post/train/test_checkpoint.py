@@ -49,3 +49,21 @@ def test_latest_checkpoint_skips_incomplete_dirs(tmp_path):
     assert latest_checkpoint(tmp_path) == checkpoint_dir(tmp_path, 10)
     assert prune_checkpoints(tmp_path, keep=1) == [checkpoint_dir(tmp_path, 4)]
     assert [step for step, _ in complete_checkpoints(tmp_path)] == [10]
+
+
+def test_rl_iteration_checkpoints_use_their_own_prefix_and_marker(tmp_path):
+    root = tmp_path / "checkpoints"
+    for name, marker in [
+        ("iter-3", "controller.pkl"),
+        ("iter-7", "controller.pkl"),
+        ("iter-9", None),
+        ("step-5", None),
+    ]:
+        (root / name).mkdir(parents=True)
+        if marker:
+            (root / name / marker).write_bytes(b"")
+    found = complete_checkpoints(tmp_path, "iter", ("controller.pkl",))
+    assert [n for n, _ in found] == [3, 7]  # iter-9 has no state, step-5 is another prefix
+    assert latest_checkpoint(tmp_path, "iter", ("controller.pkl",)) == root / "iter-7"
+    assert prune_checkpoints(tmp_path, 1, "iter", ("controller.pkl",)) == [root / "iter-3"]
+    assert complete_checkpoints(tmp_path) == []  # SFT's step-N needs trainer_state.json and engine/
