@@ -23,7 +23,8 @@ from k2post.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
-STEPS = 60
+STEPS = 30
+EVERY = 10  # eval and checkpoint interval
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +51,9 @@ def learn_run(learn_dir, learn_rows, tiny_qwen2_dir):
             "model": {"path": str(tiny_qwen2_dir), "flavor": None},
             "data": {"path": str(write_dataset(learn_rows, learn_dir / "dataset")), "eval_fraction": 0.1},
             "optim": {"lr": 2e-3},
-            "train": {"max_steps": STEPS, "eval_every": 20, "log_every": 10},
+            "train": {"max_steps": STEPS, "eval_every": EVERY, "log_every": 10},
             "schedule": {"warmup_steps": 5},
-            "checkpoint": {"every": 20, "keep": 2},
+            "checkpoint": {"every": EVERY, "keep": 2},
             "deepspeed": {"zero_stage": 2},
         },
         "test",
@@ -69,7 +70,7 @@ def test_sft_lowers_held_out_loss(learn_run):
     assert summary["eval_loss_end"] < 0.5 * summary["eval_loss_start"], summary
     rows = read_metrics(Path(cfg.run_dir) / "metrics.jsonl")
     evals = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
-    assert [step for step, _ in evals] == [0, 20, 40, 60]
+    assert [step for step, _ in evals] == [0, EVERY, 2 * EVERY, STEPS]
     assert all(later < earlier for (_, earlier), (_, later) in zip(evals, evals[1:])), evals
 
 
@@ -86,7 +87,7 @@ def test_metrics_and_outputs(learn_run):
     report = json.loads((run_dir / "data_report.json").read_text())
     assert report["num_bad_rows"] == 0 and report["train_examples"] + report["eval_examples"] == 160
     assert set(report["domains"]) == {"bank", "calculator", "calendar", "filesystem"}
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-40", "step-60"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"step-{2 * EVERY}", f"step-{STEPS}"]
     assert json.loads((run_dir / "summary.json").read_text())["eval_loss_end"] == summary["eval_loss_end"]
 
 
