@@ -2,13 +2,15 @@
 
     pending = PendingGroups(k=8)
     complete = pending.add(finished_episodes_of_group_scored_envs)      # group id -> its K episodes
-    rewards, metrics, dead = score_on_actors(complete, actors, replica_of)  # judged where the policy's engine is
+    group_ids, calls = judge_calls(complete, replica_of)               # one call per (replica, env)
+    rewards, metrics = judged_rewards(group_ids, rollouts.score_groups(calls)[0])  # judged where the policy runs
     new_tasks = harvester.harvest(group_samples, source_task)           # verifier-labelled pairs -> judge tasks
 
 - A group-scored environment (`GroupScoredEnvironment`, e.g. `self_critique`) rewards the K responses
   to a prompt together, so its finished episodes wait in `PendingGroups` until the group is complete,
   then the rollout actor that ran them scores the group with its own engine as the judge
-  (`RolloutWorker.score_groups`). Metrics of all calls are merged (`critic/*`).
+  (`RolloutWorker.score_groups`, through `RolloutGroup.score_groups`). Metrics of all calls are merged
+  (`critic/*`).
 - `CalibrationHarvester` turns every completed group of a `critic_calibration` source environment with
   mixed rewards into (correct, wrong) pairs and those into judge tasks for the calibration
   environment's train pool: on-policy pairs, labelled by the verifier (the closed loop).
@@ -16,14 +18,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from k2post.envs.base import Environment, Reward, Task
 from k2post.evaluation.heldout import final_text
 
-log = logging.getLogger(__name__)
 SUMMED = ("critic/calls", "critic/prompt_tokens", "critic/completion_tokens", "critic/tokens")
 
 
@@ -67,32 +67,32 @@ class PendingGroups:
             self.episodes.pop(group_id, None)
 
 
-def score_on_actors(
-    complete: dict[str, list[Any]], actors: Sequence[Any], replica_of: Callable[[str], int]
-) -> tuple[dict[str, list[Reward]], dict[str, float], set[int]]:
-    """Score complete groups on the actors that ran them: (rewards by group id, merged metrics, dead replicas)."""
-    import ray
+JudgeKey = tuple[int, str]  # (replica, env_name): one judging call
 
-    calls: dict[tuple[int, str], list[str]] = {}
+
+def judge_calls(
+    complete: dict[str, list[Any]], replica_of: Callable[[str], int]
+) -> tuple[dict[JudgeKey, list[str]], dict[JudgeKey, list[tuple[Task, list[str]]]]]:
+    """Complete groups -> one judging call per (replica that ran them, env): (group ids per call, the call's
+    (task, final texts) items in the same order)."""
+    group_ids: dict[JudgeKey, list[str]] = {}
     for group_id, episodes in complete.items():
-        calls.setdefault((replica_of(group_id), episodes[0].env_name), []).append(group_id)
-    refs = {
-        key: actors[key[0]].score_groups.remote(
-            key[1], [(complete[g][0].task, [final_text(e) for e in complete[g]]) for g in groups]
-        )
-        for key, groups in calls.items()
+        group_ids.setdefault((replica_of(group_id), episodes[0].env_name), []).append(group_id)
+    items = {
+        key: [(complete[g][0].task, [final_text(e) for e in complete[g]]) for g in groups]
+        for key, groups in group_ids.items()
     }
-    rewards, metrics, dead = {}, [], set()
-    for (replica, env_name), ref in refs.items():
-        try:
-            group_rewards, group_metrics = ray.get(ref)
-        except ray.exceptions.RayActorError as err:
-            log.warning("rollout replica %d died while judging %s groups (%s)", replica, env_name, type(err).__name__)
-            dead.add(replica)
-            continue
-        rewards.update(zip(calls[(replica, env_name)], group_rewards))
-        metrics.append(group_metrics)
-    return rewards, merge_metrics(metrics), dead
+    return group_ids, items
+
+
+def judged_rewards(
+    group_ids: dict[JudgeKey, list[str]], results: dict[JudgeKey, tuple[list[list[Reward]], dict[str, float]]]
+) -> tuple[dict[str, list[Reward]], dict[str, float]]:
+    """The calls' results (calls lost with a dead replica are missing) -> (rewards by group id, merged metrics)."""
+    rewards: dict[str, list[Reward]] = {}
+    for key, (group_rewards, _) in results.items():
+        rewards.update(zip(group_ids[key], group_rewards))
+    return rewards, merge_metrics([metrics for _, metrics in results.values()])
 
 
 class CalibrationHarvester:

@@ -150,6 +150,12 @@ class RLRayConfig(K2Config):
     actor_restarts: int = Field(
         2, ge=0, description="Times a dead rollout actor is restarted and re-synced before the run fails."
     )
+    start_together: bool | None = Field(
+        None,
+        description="Build the trainer ranks and the rollout engines at the same time (faster start). null: together "
+        "when the controller sees no CUDA device; on a GPU the trainers load first, so vLLM's memory profiling at "
+        "start-up sees them.",
+    )
 
     @field_validator("temp_dir")
     @classmethod

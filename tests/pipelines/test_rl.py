@@ -242,13 +242,13 @@ def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_qwen2_
         first = run.iteration(0)
         run.state.iteration = 1
         assert first["train/steps"] == 1 and first["time/push_s"] > 0
-        victim = ray.get(run.rollouts[1].ready.remote())["pid"]
+        victim = ray.get(run.rollouts.actors[1].ready.remote())["pid"]
         os.kill(victim, signal.SIGKILL)
         second = run.iteration(1)
         assert second["rollout/actor_restarts"] == 1
         third = run.iteration(2)  # the replacement serves and receives pushes like the others
-        assert third["rollout/finished"] > 0 and run.restarts == 1
-        versions = ray.get([a.weights_version.remote() for a in run.rollouts])
+        assert third["rollout/finished"] > 0 and run.rollouts.restarts == 1
+        versions = ray.get([a.weights_version.remote() for a in run.rollouts.actors])
         assert all(v >= 1 for v in versions)
     finally:
         run.close()

@@ -226,29 +226,18 @@ def test_diagnostics_figure_grows_with_its_panels(tmp_path):
     assert sizes[0][1] < sizes[1][1]  # 1 panel: one row; 6 panels: a 3 x 2 grid
 
 
-class _Remote:
-    """A stand-in for a Ray actor method: `.remote(...)` calls it at once (ray.get is patched to identity)."""
-
-    def __init__(self, fn) -> None:
-        self.remote = fn
-
-
-def test_train_rows_carry_the_signal_of_the_trained_groups(monkeypatch):
+def test_train_rows_carry_the_signal_of_the_trained_groups():
     import types
-
-    import ray
 
     from k2post.rl import batch as rb
     from k2post.rl.config import BudgetConfig, LengthPenaltyConfig
     from k2post.rl.controller import PhaseTimer, RLRun
+    from rl_fakes import FakeRolloutGroup, FakeTrainerGroup
 
-    monkeypatch.setattr(ray, "get", lambda refs, **_: refs)
-    trainer = types.SimpleNamespace(
-        sequence_logprobs=_Remote(lambda shard: [0.0] * len(shard)),
-        train_step=_Remote(lambda micro, old, step: {"train/k15_loss": 1.0}),
-    )
     run = RLRun.__new__(RLRun)
-    run.trainers, run.state = [trainer], types.SimpleNamespace(book=rb.GroupBook(k=2), step=0)
+    calls: list = []
+    run.trainers, run.rollouts = FakeTrainerGroup(1, calls), FakeRolloutGroup(1, 0, calls, False, {})
+    run.state = types.SimpleNamespace(book=rb.GroupBook(k=2), step=0)
     run.cfg = types.SimpleNamespace(
         loss=types.SimpleNamespace(
             max_steps_per_iteration=2, groups_per_step=2, micro_batch_size=2, drop_uniform_groups=False
@@ -257,7 +246,6 @@ def test_train_rows_carry_the_signal_of_the_trained_groups(monkeypatch):
         length_penalty=LengthPenaltyConfig(),
         reward=types.SimpleNamespace(success_threshold=0.5),
         trainer=types.SimpleNamespace(world_size=1, offload_during_rollout=False),
-        rollout=types.SimpleNamespace(sleep_during_training=False),
     )
     rewards = {
         "a": (1.0, 0.0),
