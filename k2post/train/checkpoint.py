@@ -34,7 +34,7 @@ STATE_FILE = "trainer_state.json"
 ENGINE_DIR, ENGINE_TAG = "engine", "state"
 CHECKPOINTS_DIR = "checkpoints"
 SFT_MARKERS = (STATE_FILE, ENGINE_DIR)
-"""What a complete SFT step-N checkpoint holds (RL's iter-N: its controller state, `k2post.rl.controller`)."""
+"""What a complete SFT step-N checkpoint holds (RL's iter-N: its controller state, `k2post.rl.state`)."""
 
 
 class ResumeError(ValueError):
