@@ -42,10 +42,10 @@ test-fast: setup
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 demo: setup
-	$(PY) -m pipelines.recipe configs/recipe_demo.yaml
+	$(PY) -m k2post_pipelines.recipe configs/recipe_demo.yaml
 
 smoke: setup
-	$(PY) -m pipelines.demo configs/demo.yaml
+	$(PY) -m k2post_pipelines.demo configs/demo.yaml
 
 clean-venv:
 	rm -rf $(VENV)

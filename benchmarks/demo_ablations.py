@@ -95,7 +95,7 @@ def run_variant(config: str, seed: int, out: Path, name: str) -> dict[str, Any]:
         cmd = [
             sys.executable,
             "-m",
-            "pipelines.recipe",
+            "k2post_pipelines.recipe",
             config,
             f"seed={seed}",
             f"run_dir={run_dir}",

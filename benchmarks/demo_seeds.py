@@ -36,7 +36,7 @@ def run_seed(config: str, seed: int, out: Path, extra: list[str]) -> dict[str, A
         cmd = [
             sys.executable,
             "-m",
-            "pipelines.recipe",
+            "k2post_pipelines.recipe",
             config,
             f"seed={seed}",
             f"run_dir={out / f'seed{seed}'}",

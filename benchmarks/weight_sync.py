@@ -241,7 +241,7 @@ class _Worker:
         torch.set_num_threads(n)
 
     def cmd_engine_open(self, bucket_nbytes: int, shm_prefix: str):
-        from checkpoint_engine import CheckpointEngineConfig, WeightSender
+        from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
 
         cfg = CheckpointEngineConfig(
             bucket_nbytes=bucket_nbytes, verify_checksum=False, timeout_s=WORKER_TIMEOUT_S, shm_prefix=shm_prefix
@@ -259,7 +259,7 @@ class _Worker:
             self.by_name[name].copy_(t)
 
     def cmd_engine_connect(self, address: str):
-        from checkpoint_engine import WeightReceiver
+        from k2post_checkpoint_engine import WeightReceiver
 
         self.receiver = WeightReceiver(address, self._load, timeout_s=WORKER_TIMEOUT_S, verify_checksum=False)
         self.receiver.connect()
@@ -803,7 +803,7 @@ def main() -> None:
 def _sweep_shm(prefix: str) -> None:
     """Unlink shm segments of this run left by dead workers (only names carrying this run's prefix)."""
     try:
-        from checkpoint_engine import sweep_stale_segments
+        from k2post_checkpoint_engine import sweep_stale_segments
 
         sweep_stale_segments(prefix)
     except Exception:

@@ -49,7 +49,7 @@ Usage (1 sender process, 1 receiver process; pass the address any way you like)
 -------------------------------------------------------------------------------
     # sender process                                  # receiver process
     import torch                                      import torch
-    from checkpoint_engine import (                   from checkpoint_engine import WeightReceiver
+    from k2post_checkpoint_engine import (                   from k2post_checkpoint_engine import WeightReceiver
         CheckpointEngineConfig, WeightSender)         params: dict[str, torch.Tensor] = ...
     cfg = CheckpointEngineConfig(                     def load(batch):  # list[(name, tensor view)]
         bucket_nbytes=64 << 20, verify_checksum=False)    for name, t in batch:
@@ -63,8 +63,8 @@ Usage (1 sender process, 1 receiver process; pass the address any way you like)
             print(stats.gb_per_s)
 """
 
-from checkpoint_engine.config import CheckpointEngineConfig
-from checkpoint_engine.errors import (
+from k2post_checkpoint_engine.config import CheckpointEngineConfig
+from k2post_checkpoint_engine.errors import (
     CheckpointEngineError,
     IntegrityError,
     MetadataError,
@@ -72,10 +72,10 @@ from checkpoint_engine.errors import (
     PeerTimeoutError,
     ReceiverError,
 )
-from checkpoint_engine.meta import BucketMeta, TensorMeta, plan_buckets
-from checkpoint_engine.receiver import UpdateStats, WeightReceiver
-from checkpoint_engine.sender import PushStats, Shard, WeightSender
-from checkpoint_engine.shm import sweep_stale_segments
+from k2post_checkpoint_engine.meta import BucketMeta, TensorMeta, plan_buckets
+from k2post_checkpoint_engine.receiver import UpdateStats, WeightReceiver
+from k2post_checkpoint_engine.sender import PushStats, Shard, WeightSender
+from k2post_checkpoint_engine.shm import sweep_stale_segments
 
 __all__ = [
     "BucketMeta",

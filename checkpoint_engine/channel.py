@@ -13,7 +13,7 @@ import struct
 import time
 from typing import Any
 
-from checkpoint_engine.errors import CheckpointEngineError, PeerGoneError, PeerTimeoutError
+from k2post_checkpoint_engine.errors import CheckpointEngineError, PeerGoneError, PeerTimeoutError
 
 _HEADER = struct.Struct("<Q")
 MAX_MESSAGE_NBYTES = 1 << 30

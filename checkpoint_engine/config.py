@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from checkpoint_engine.meta import dtype_from_str
+from k2post_checkpoint_engine.meta import dtype_from_str
 
 
 class CheckpointEngineConfig(BaseModel):

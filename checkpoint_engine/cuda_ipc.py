@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from checkpoint_engine.errors import CheckpointEngineError
+from k2post_checkpoint_engine.errors import CheckpointEngineError
 
 _STORAGE_DEVICE_ARG = 6  # position of `storage_device` in rebuild_cuda_tensor's arguments
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from checkpoint_engine.errors import MetadataError
+from k2post_checkpoint_engine.errors import MetadataError
 
 _DTYPE_NAMES = (
     "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from checkpoint_engine.channel import Channel, connect
-from checkpoint_engine.checksum import bucket_checksum
-from checkpoint_engine.errors import CheckpointEngineError, IntegrityError, PeerGoneError
-from checkpoint_engine.meta import (
+from k2post_checkpoint_engine.channel import Channel, connect
+from k2post_checkpoint_engine.checksum import bucket_checksum
+from k2post_checkpoint_engine.errors import CheckpointEngineError, IntegrityError, PeerGoneError
+from k2post_checkpoint_engine.meta import (
     BucketMeta,
     TensorMeta,
     bucket_meta_from_dict,
@@ -34,8 +34,8 @@ from checkpoint_engine.meta import (
     round_up,
     validate_plan,
 )
-from checkpoint_engine.sender import PROTOCOL_VERSION
-from checkpoint_engine.shm import ShmSegment
+from k2post_checkpoint_engine.sender import PROTOCOL_VERSION
+from k2post_checkpoint_engine.shm import ShmSegment
 
 LoadFn = Callable[[list[tuple[str, torch.Tensor]]], Any]
 
@@ -134,7 +134,7 @@ class WeightReceiver:
             self._segments = [ShmSegment.attach(name, nbytes) for name in msg["names"]]
             self._slots = [s.tensor for s in self._segments]  # type: ignore[misc]
         elif msg.get("kind") == "cuda_ipc":
-            from checkpoint_engine.cuda_ipc import import_cuda_buffer
+            from k2post_checkpoint_engine.cuda_ipc import import_cuda_buffer
 
             self._slots = [import_cuda_buffer(h, self.device_index) for h in msg["handles"]]
         else:

@@ -23,13 +23,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from checkpoint_engine.channel import Channel, accept, listen
-from checkpoint_engine.checksum import bucket_checksum
-from checkpoint_engine.config import CheckpointEngineConfig
-from checkpoint_engine.errors import CheckpointEngineError, PeerGoneError, ReceiverError
-from checkpoint_engine.meta import BucketMeta, dtype_from_str, plan_buckets, round_up, validate_plan
-from checkpoint_engine.shm import ShmSegment, sweep_stale_segments
-from checkpoint_engine.sources import MaterializedSources, Registration, Shard, make_registration, merge_registrations
+from k2post_checkpoint_engine.channel import Channel, accept, listen
+from k2post_checkpoint_engine.checksum import bucket_checksum
+from k2post_checkpoint_engine.config import CheckpointEngineConfig
+from k2post_checkpoint_engine.errors import CheckpointEngineError, PeerGoneError, ReceiverError
+from k2post_checkpoint_engine.meta import BucketMeta, dtype_from_str, plan_buckets, round_up, validate_plan
+from k2post_checkpoint_engine.shm import ShmSegment, sweep_stale_segments
+from k2post_checkpoint_engine.sources import (
+    MaterializedSources,
+    Registration,
+    Shard,
+    make_registration,
+    merge_registrations,
+)
 
 PROTOCOL_VERSION = 1
 TRAILER_NBYTES = 64  # after the data: 8-byte checksum at round_up(bucket.nbytes, 8)
@@ -111,7 +117,7 @@ class WeightSender:
         self, name: str, source: torch.Tensor | Shard | Any, *, shape: Sequence[int] | None = None,
         dtype: torch.dtype | str | None = None, owner: int | None = None, collective: bool = False,
     ) -> None:  # fmt: skip
-        """Register (or replace) the source of tensor `name`; see `checkpoint_engine.sources`."""
+        """Register (or replace) the source of tensor `name`; see `k2post_checkpoint_engine.sources`."""
         reg = make_registration(name, source, shape, dtype, owner, collective, self.world_size)
         old = self._regs.get(name)
         self._regs[name] = reg
@@ -199,7 +205,7 @@ class WeightSender:
 
     def _share_buffers(self, chan: Channel) -> None:
         if self.device.type == "cuda":
-            from checkpoint_engine.cuda_ipc import export_cuda_buffer
+            from k2post_checkpoint_engine.cuda_ipc import export_cuda_buffer
 
             self._ensure_slots()
             self._handshake(chan, {"kind": "cuda_ipc", "handles": [export_cuda_buffer(s) for s in self._slots]})

@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from checkpoint_engine.errors import CheckpointEngineError
+from k2post_checkpoint_engine.errors import CheckpointEngineError
 
 SHM_DIR = "/dev/shm"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+-[0-9]+-[0-9a-f]+$")

@@ -24,7 +24,7 @@ from typing import Any, ContextManager
 
 import torch
 
-from checkpoint_engine.meta import PieceSpec, dtype_from_str, dtype_to_str, itemsize_of
+from k2post_checkpoint_engine.meta import PieceSpec, dtype_from_str, dtype_to_str, itemsize_of
 
 Materializer = Callable[[], "torch.Tensor | ContextManager[torch.Tensor]"]
 

@@ -7,7 +7,7 @@ without a verifiable answer), critic_calibration (the critic judging verifier-la
 See docs/ENVIRONMENTS.md and docs/CRITIC.md.
 """
 
-from environments import (  # noqa: F401  (imported for their registrations)
+from k2post_environments import (  # noqa: F401  (imported for their registrations)
     code,
     critic_calibration,
     faithfulness,

@@ -38,10 +38,11 @@ from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import check_split, hash_split
+from k2post import sandbox
 from k2post.sandbox import Sandbox, SandboxConfig, SandboxResult
 
 BUILTIN_DATA = Path(__file__).parent / "data" / "code_tasks.jsonl"
-HARNESS = Path(__file__).resolve().parents[1] / "k2post" / "sandbox" / "assert_harness.py"
+HARNESS = Path(sandbox.__file__).resolve().parent / "assert_harness.py"
 PYTHON_TAGS = frozenset({"python", "py", "python3"})
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 INSTRUCTIONS = "Write the complete solution in Python (standard library only) in one ```python code block."

@@ -33,7 +33,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from environments.answer_extraction import extract_answer, parse_number
+from k2post_environments.answer_extraction import extract_answer, parse_number
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.mix import EnvEntryConfig
@@ -47,7 +47,7 @@ from k2post.judging.calibration import (
     malformed_reply,
     verified_pair,
 )
-from rubrics.schema import Rubric, builtin_rubrics
+from k2post_rubrics.schema import Rubric, builtin_rubrics
 
 DEFAULT_TASKS = 200
 READ_ORDER = ("boxed", "answer_is", "last_number")

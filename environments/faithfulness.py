@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
-from environments.answer_extraction import SPECIAL_TOKEN
+from k2post_environments.answer_extraction import SPECIAL_TOKEN
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from environments.answer_extraction import SPECIAL_TOKEN
+from k2post_environments.answer_extraction import SPECIAL_TOKEN
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from environments.answer_extraction import (
+from k2post_environments.answer_extraction import (
     DEFAULT_TAIL_CHARS,
     ExtractionMethod,
     extract_answer,
@@ -42,7 +42,7 @@ from environments.answer_extraction import (
     extract_hash,
     parse_number,
 )
-from environments.worked import chain_steps, expression_of
+from k2post_environments.worked import chain_steps, expression_of
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment

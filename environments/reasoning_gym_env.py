@@ -38,8 +38,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from environments.answer_extraction import DEFAULT_TAIL_CHARS, ExtractionMethod, extract_answer
-from environments.worked import chain_steps, chain_value, expression_of
+from k2post_environments.answer_extraction import DEFAULT_TAIL_CHARS, ExtractionMethod, extract_answer
+from k2post_environments.worked import chain_steps, chain_value, expression_of
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment

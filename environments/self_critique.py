@@ -32,9 +32,9 @@ from k2post.envs.base import EnvConfig, GroupScoredEnvironment, Reward, Split, T
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import check_split, every_split
 from k2post.llm.http_client import HTTPClientConfig
-from rubrics.critic import Critic, CriticConfig
-from rubrics.detectors import prescriptive_penalty
-from rubrics.schema import task_rubrics
+from k2post_rubrics.critic import Critic, CriticConfig
+from k2post_rubrics.detectors import prescriptive_penalty
+from k2post_rubrics.schema import task_rubrics
 
 BUILTIN_PROMPTS = Path(__file__).resolve().parent / "data" / "chat_prompts.jsonl"
 

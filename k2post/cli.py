@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         return unknown_command(name)
-    return importlib.import_module(f"pipelines.{COMMANDS[name].module}").main(rest)
+    return importlib.import_module(f"k2post_pipelines.{COMMANDS[name].module}").main(rest)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`k2post config show CONFIG [key.path=value ...]`: print the validated config with every default filled in.
 
     k2post config show configs/demo.yaml sampling.max_tokens=64
-    python -m pipelines.config show configs/demo.yaml
+    python -m k2post_pipelines.config show configs/demo.yaml
 
 The file's `kind` picks the schema. Exit status 2 (one line `k2post config: error: FILE: field: problem`)
 for a config error.

@@ -2,7 +2,7 @@
 
     k2post critic pairs runs/demo/sft/final --env math --env-config configs/rl_critic.yaml --split test --n 64 --k 8 \\
         --out runs/critic/heldout_pairs.jsonl
-    python -m pipelines.critic pairs MODEL_OR_RUN_DIR --env math --out pairs.jsonl    # the same
+    python -m k2post_pipelines.critic pairs MODEL_OR_RUN_DIR --env math --out pairs.jsonl    # the same
 
 The model answers each task `--k` times (vLLM in this process, `--temperature`); the verifier scores
 them in isolated workers; every task with mixed results gives up to `--pairs-per-task` pairs (the
@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 
 from k2post.command import command_parser, run_command
-from pipelines.eval import add_target_arguments, request_from_args
+from k2post_pipelines.eval import add_target_arguments, request_from_args
 
 
 def _pairs(args: argparse.Namespace) -> int:
     """Sample, verify, write the pairs file, print counts."""
-    from environments.critic_calibration import write_pairs
+    from k2post_environments.critic_calibration import write_pairs
     from k2post.evaluation.request import build_eval_config
-    from rubrics.pairs import build_pairs
+    from k2post_rubrics.pairs import build_pairs
 
     request = request_from_args(args, samples=args.k, out="-")  # the eval flags, K samples each, no report
     cfg = build_eval_config(request).model_copy(update={"report_path": None})

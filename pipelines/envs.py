@@ -5,7 +5,7 @@
     k2post envs test math code --isolated     # through the RewardPool (processes, timeouts)
     k2post envs test --isolated --workers 4 --timeout 10
     k2post envs test my_env --golden path/to/my_env.jsonl
-    python -m pipelines.envs list             # the same without the console script
+    python -m k2post_pipelines.envs list             # the same without the console script
 
 `test` prints a table per environment (pass/fail, got, expected, diff, error) and a summary; it exits
 1 when a case fails and 2 (one line `k2post envs: error: ...`) for an unknown env or a bad golden file.

@@ -1,10 +1,10 @@
 """RL entry point: colocated K1.5 RL on Ray (trainer ranks + vLLM rollout actors, checkpoint-engine pushes).
 
-    python -m pipelines.rl configs/rl_demo.yaml [key.path=value ...]
-    python -m pipelines.rl --resume RUN_DIR [key.path=value ...]     # continue a run bit for bit (to the end,
+    python -m k2post_pipelines.rl configs/rl_demo.yaml [key.path=value ...]
+    python -m k2post_pipelines.rl --resume RUN_DIR [key.path=value ...]     # continue a run bit for bit (to the end,
                                                                       # unless train.stop_at_iteration is given again)
     k2post rl configs/rl_demo.yaml                                     # same, through the CLI
-    ray job submit --working-dir . -- python -m pipelines.rl configs/rl_demo.yaml
+    ray job submit --working-dir . -- python -m k2post_pipelines.rl configs/rl_demo.yaml
 
 Without a cluster it starts an embedded Ray; under `ray job submit` it joins the job's cluster.
 Writes config.yaml, metrics.jsonl, tb/ (TensorBoard), plots/*.png, checkpoints/iter-N, final/

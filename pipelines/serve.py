@@ -1,7 +1,7 @@
 """`k2post serve MODEL_DIR`: serve a checkpoint with vLLM's OpenAI-compatible server, in the foreground.
 
     k2post serve artifacts/models/tiny-qwen2 --port 8000 [--api-key KEY] [--host 127.0.0.1]
-    python -m pipelines.serve artifacts/models/tiny-qwen2 --port 0
+    python -m k2post_pipelines.serve artifacts/models/tiny-qwen2 --port 0
 
 Prints `serving DIR at URL (pid N, log PATH)` once `/health` answers; Ctrl-C or SIGTERM stops the
 server (its whole process group). A bad flag, or a server that exits or never gets healthy, is one line

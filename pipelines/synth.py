@@ -1,9 +1,9 @@
 """SFT data synthesis (K2-style agentic trajectories with rubric-checked rejection sampling).
 
-    python -m pipelines.synth configs/synth_tool_use.yaml [key.path=value ...]
+    python -m k2post_pipelines.synth configs/synth_tool_use.yaml [key.path=value ...]
     k2post synth configs/synth_tool_use.yaml out_dir=runs/my_synth tasks_per_domain=100
 
-Also runs as a Ray job: `ray job submit --working-dir . -- python -m pipelines.synth CONFIG`.
+Also runs as a Ray job: `ray job submit --working-dir . -- python -m k2post_pipelines.synth CONFIG`.
 Outputs and format: docs/SYNTH.md. Exit status 2 on a config / spec error (one line
 `k2post synth: error: ...` naming it).
 """

@@ -1,7 +1,7 @@
 """Self-critique rubric critic (K2): the policy ranks its own K responses by pairwise
 comparisons under rubrics, and the ranks become RL rewards in [0, 1].
 
-    from rubrics import Critic, CriticConfig, task_rubrics
+    from k2post_rubrics import Critic, CriticConfig, task_rubrics
 
     critic = Critic(client, CriticConfig())            # client: any LLMClient (chat(...) -> str)
     result = critic.score(task.messages, responses, task_rubrics(task))
@@ -13,11 +13,11 @@ Pieces, each usable alone: `schema` (Rubric, the shipped YAML rubric files, task
 penalties), `critic` (the whole loop).
 """
 
-from rubrics.aggregate import bradley_terry, bradley_terry_log_strengths, scores_from, win_rates
-from rubrics.critic import Critic, CriticConfig, CriticResult
-from rubrics.detectors import PrescriptiveConfig, initial_praise, prescriptive_penalty, self_justification
+from k2post_rubrics.aggregate import bradley_terry, bradley_terry_log_strengths, scores_from, win_rates
+from k2post_rubrics.critic import Critic, CriticConfig, CriticResult
+from k2post_rubrics.detectors import PrescriptiveConfig, initial_praise, prescriptive_penalty, self_justification
 from k2post.judging.prompts import judge_messages
-from rubrics.schema import Rubric, RubricFileError, builtin_rubrics, load_rubric_file, task_rubrics
+from k2post_rubrics.schema import Rubric, RubricFileError, builtin_rubrics, load_rubric_file, task_rubrics
 from k2post.judging.verdict import PairVerdict, parse_verdict
 
 __all__ = [

@@ -24,10 +24,10 @@ How a prompt is scored:
    agree → that winner (s = 1 or 0); they disagree, or either is a tie / unparseable / an
    error → tie (s = 0.5). With `both_orders=False` each pair is judged once, in an order
    drawn from the RNG, so position bias becomes noise instead of favouring low indices;
-3. pairwise outcomes → `pairwise` scores in [0, 1] by `aggregation` (`rubrics.aggregate`);
+3. pairwise outcomes → `pairwise` scores in [0, 1] by `aggregation` (`k2post_rubrics.aggregate`);
    a response that played no game (sampled mode) gets 0.5 (win_rate; about 0.5 under BT);
 4. `scores = clip(pairwise - penalty, 0, 1)` where `penalty` is the prescriptive detectors'
-   total (`rubrics.detectors`). K = 1 → score 0.5 (minus its penalty), no calls.
+   total (`k2post_rubrics.detectors`). K = 1 → score 0.5 (minus its penalty), no calls.
 
 A client call that raises, or a batch that fails, never stops the run: those comparisons are
 ties and are counted in `errors`. Unparseable replies are ties counted in `unparseable`.
@@ -45,10 +45,10 @@ from pydantic import Field, field_validator
 
 from k2post.chat.types import Message
 from k2post.config.base import K2Config
-from rubrics.aggregate import Outcome, scores_from
-from rubrics.detectors import PrescriptiveConfig, prescriptive_penalty
+from k2post_rubrics.aggregate import Outcome, scores_from
+from k2post_rubrics.detectors import PrescriptiveConfig, prescriptive_penalty
 from k2post.judging.prompts import judge_messages
-from rubrics.schema import Rubric, builtin_rubrics
+from k2post_rubrics.schema import Rubric, builtin_rubrics
 from k2post.judging.verdict import PairVerdict, parse_verdict
 
 _ERROR = PairVerdict(None, False, "error")

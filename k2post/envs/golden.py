@@ -33,10 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from k2post.config.loader import format_validation_error
 from k2post.envs.base import Environment, Reward, Split, Task
-from k2post.envs.registry import get_environment
+from k2post.envs.registry import builtin_data_dir, get_environment
 from k2post.envs.workers import DirectScorer, EnvCache, RewardPool, ScoreItem, error_text
 
-BUILTIN_GOLDEN_DIR = Path(__file__).resolve().parents[2] / "environments" / "golden"
+BUILTIN_GOLDEN_DIR = builtin_data_dir("golden")
 
 
 class GoldenFileError(ValueError):

@@ -1,7 +1,8 @@
 """Explicit registry of environments, by name.
 
 Every environment is an entry point in the group `k2post.environments` (`name = "pkg.module:EnvClass"`),
-loaded on first lookup: the built-in gyms of `environments/` through k2post's own pyproject (loaded first),
+loaded on first lookup: the built-in gyms of `environments/` (import name `k2post_environments`) through k2post's
+own pyproject (loaded first),
 third-party packages through theirs. Core never imports the plug-in layer otherwise. The class registers
 itself with the decorator when its module is imported (in-tree, and in tests, importing is enough).
 
@@ -15,12 +16,25 @@ itself with the decorator when its module is imported (in-tree, and in tests, im
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from k2post.envs.base import Environment
 
 ENTRY_POINT_GROUP = "k2post.environments"
+BUILTIN_PACKAGE = "k2post_environments"  # the repo's environments/ folder, installed under this import name
+
+
+def builtin_data_dir(*parts: str) -> Path:
+    """A folder inside the built-in gyms' package (golden files, tool specs), located without importing it."""
+    spec = importlib.util.find_spec(BUILTIN_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"{BUILTIN_PACKAGE} is not installed: reinstall k2post (`pip install -e .`)")
+    return Path(spec.origin).parent.joinpath(*parts)
+
+
 _REGISTRY: dict[str, type[Environment]] = {}
 _LOADED = {"entry_points": False}
 

@@ -16,12 +16,12 @@ from rich.table import Table
 
 from k2post.envs.base import Environment
 from k2post.envs.golden import CaseResult, GoldenFileError, default_golden_path
-from k2post.envs.registry import ENTRY_POINT_GROUP, get_environment, registered_environments
+from k2post.envs.registry import BUILTIN_PACKAGE, ENTRY_POINT_GROUP, get_environment, registered_environments
 
 
 def environment_source(cls: type[Environment]) -> str:
     """'builtin', 'entry point (dist)' or the defining module."""
-    if cls.__module__.split(".")[0] == "environments":
+    if cls.__module__.split(".")[0] == BUILTIN_PACKAGE:
         return "builtin"
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == cls.name:

@@ -141,7 +141,7 @@ class RLTrainerWorker:
         return pack_examples(chosen, data_cfg.max_seq_len, False)
 
     def _make_sender(self):
-        from checkpoint_engine import CheckpointEngineConfig, WeightSender
+        from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
 
         config = CheckpointEngineConfig(
             bucket_nbytes=self.cfg.trainer.bucket_mb << 20,

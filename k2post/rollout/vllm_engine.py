@@ -270,7 +270,7 @@ class VLLMEngine:
         }
 
     def _receive_staged(self, address: str, timeout_s: float, verify_checksum: bool) -> dict:
-        from checkpoint_engine import WeightReceiver
+        from k2post_checkpoint_engine import WeightReceiver
 
         checkpoint = self._rebuild_checkpoint()
         with WeightReceiver(address, checkpoint.stage, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:

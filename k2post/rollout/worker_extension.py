@@ -33,7 +33,7 @@ class K2PostWorkerExtension:
         self, address: str, repack: bool, timeout_s: float = 60.0, verify_checksum: bool = True
     ) -> dict[str, Any]:
         """Receive one checkpoint-engine update from `address` straight into this worker's model."""
-        from checkpoint_engine import WeightReceiver
+        from k2post_checkpoint_engine import WeightReceiver
 
         model = worker_model(self)
         with WeightReceiver(

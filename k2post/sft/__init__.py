@@ -6,7 +6,7 @@ the DeepSpeed engine at a configurable ZeRO stage (`trainer`), checkpointed in H
 resumable engine state (`k2post.train.checkpoint`, shared with RL). See docs/SFT.md.
 
     k2post sft configs/sft_tool_use.yaml [key.path=value ...]
-    python -m pipelines.sft configs/sft_tool_use.yaml            # what `ray job submit` runs
+    python -m k2post_pipelines.sft configs/sft_tool_use.yaml            # what `ray job submit` runs
 
 This package's `__init__` stays light (no torch import) so that `k2post config show` is fast.
 """

@@ -24,10 +24,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from k2post.chat.types import ToolSpec, dump_json
+from k2post.envs.registry import builtin_data_dir
 
 JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object", "null")
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-SHIPPED_SPECS = Path(__file__).resolve().parents[2] / "environments" / "data" / "tool_specs"
+SHIPPED_SPECS = builtin_data_dir("data", "tool_specs")
 
 
 class ToolSpecError(ValueError):

@@ -1,6 +1,6 @@
 """Stateful simulated toolsets (file system, calendar, bank, calculator) and their task templates.
 
-Independent of any environment class: `environments.tool_use` runs them as an RL gym, SFT
+Independent of any environment class: `k2post_environments.tool_use` runs them as an RL gym, SFT
 data synthesis can run them as tool simulators (each Scenario carries a reference solution).
 
     toolset = get_toolset("bank")

@@ -1,6 +1,6 @@
 """Stateful tool simulators: a JSON-able `ToolsetState` plus a `Toolset` that runs calls on it.
 
-A toolset is core (no environment imports): the RL gym (`environments.tool_use`) and the SFT
+A toolset is core (no environment imports): the RL gym (`k2post_environments.tool_use`) and the SFT
 data synthesis both drive it the same way.
 
     toolset = FileSystemToolset()

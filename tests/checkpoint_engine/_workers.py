@@ -27,8 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from checkpoint_engine import CheckpointEngineConfig, Shard, WeightReceiver, WeightSender  # noqa: E402
-from checkpoint_engine.shm import ShmSegment, list_segments  # noqa: E402
+from k2post_checkpoint_engine import CheckpointEngineConfig, Shard, WeightReceiver, WeightSender  # noqa: E402
+from k2post_checkpoint_engine.shm import ShmSegment, list_segments  # noqa: E402
 
 # name, shape, dtype, kind: "replicated" | "rank:<i>" (i = index into ranks, modulo ws) | "shard" | "zero3"
 MODEL: list[tuple[str, tuple[int, ...], torch.dtype, str]] = [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_engine.shm import list_segments
+from k2post_checkpoint_engine.shm import list_segments
 
 _counter = itertools.count()
 REPO_ROOT = Path(__file__).resolve().parents[2]

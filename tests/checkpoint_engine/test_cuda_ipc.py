@@ -11,9 +11,9 @@ import socket
 import pytest
 import torch
 
-from checkpoint_engine.cuda_ipc import _decode, _encode
-from checkpoint_engine.errors import CheckpointEngineError
-from checkpoint_engine.shm import list_segments
+from k2post_checkpoint_engine.cuda_ipc import _decode, _encode
+from k2post_checkpoint_engine.errors import CheckpointEngineError
+from k2post_checkpoint_engine.shm import list_segments
 
 
 def _free_port() -> int:

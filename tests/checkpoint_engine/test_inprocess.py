@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-import checkpoint_engine.sender as sender_mod
-from checkpoint_engine import (
+import k2post_checkpoint_engine.sender as sender_mod
+from k2post_checkpoint_engine import (
     CheckpointEngineConfig,
     CheckpointEngineError,
     MetadataError,
@@ -21,9 +21,9 @@ from checkpoint_engine import (
     WeightReceiver,
     WeightSender,
 )
-from checkpoint_engine.channel import Channel, accept, listen
-from checkpoint_engine.errors import IntegrityError
-from checkpoint_engine.shm import ShmSegment
+from k2post_checkpoint_engine.channel import Channel, accept, listen
+from k2post_checkpoint_engine.errors import IntegrityError
+from k2post_checkpoint_engine.shm import ShmSegment
 
 
 class RxThread(threading.Thread):

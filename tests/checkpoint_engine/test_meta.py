@@ -9,10 +9,10 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from checkpoint_engine.checksum import bucket_checksum
-from checkpoint_engine.config import CheckpointEngineConfig
-from checkpoint_engine.errors import MetadataError
-from checkpoint_engine.meta import (
+from k2post_checkpoint_engine.checksum import bucket_checksum
+from k2post_checkpoint_engine.config import CheckpointEngineConfig
+from k2post_checkpoint_engine.errors import MetadataError
+from k2post_checkpoint_engine.meta import (
     BucketMeta,
     PieceSpec,
     TensorMeta,
@@ -24,7 +24,7 @@ from checkpoint_engine.meta import (
     validate_bucket,
     validate_plan,
 )
-from checkpoint_engine.sources import merge_registrations
+from k2post_checkpoint_engine.sources import merge_registrations
 
 # ----------------------------------------------------------------------------- dtype codec
 

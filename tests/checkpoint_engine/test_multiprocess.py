@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from checkpoint_engine import CheckpointEngineConfig, PeerGoneError, PeerTimeoutError, WeightSender
-from checkpoint_engine.shm import list_segments
+from k2post_checkpoint_engine import CheckpointEngineConfig, PeerGoneError, PeerTimeoutError, WeightSender
+from k2post_checkpoint_engine.shm import list_segments
 
 pytestmark = pytest.mark.slow
 

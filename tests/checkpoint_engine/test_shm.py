@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from checkpoint_engine import CheckpointEngineConfig, WeightSender
-from checkpoint_engine.errors import CheckpointEngineError
-from checkpoint_engine.shm import SHM_DIR, ShmSegment, list_segments, sweep_stale_segments
+from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
+from k2post_checkpoint_engine.errors import CheckpointEngineError
+from k2post_checkpoint_engine.shm import SHM_DIR, ShmSegment, list_segments, sweep_stale_segments
 
 
 def test_create_attach_share_and_unlink(shm_prefix):

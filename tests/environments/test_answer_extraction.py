@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from environments.answer_extraction import (
+from k2post_environments.answer_extraction import (
     clean_response,
     extract_answer,
     extract_answer_is,

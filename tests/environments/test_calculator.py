@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from environments.tool_use import ToolUseEnv
+from k2post_environments.tool_use import ToolUseEnv
 from k2post.toolsets import get_toolset, is_error, load_state
 from k2post.toolsets.calculator import (
     LIMIT,

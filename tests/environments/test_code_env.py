@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.code import BUILTIN_DATA, CodeEnv, extract_code, load_rows, parse_harness
+from k2post_environments.code import BUILTIN_DATA, CodeEnv, extract_code, load_rows, parse_harness
 from k2post.envs.splits import hash_split as split_of
 from k2post.envs.base import Task
 from k2post.envs.pytest_plugin import golden_test

@@ -58,7 +58,7 @@ def test_constant_judge_agrees_half_the_time_and_the_verifier_always(env):
 
 
 def test_pairs_files_round_trip_and_bad_lines_name_the_line(tmp_path):
-    from environments.critic_calibration import load_pairs, write_pairs
+    from k2post_environments.critic_calibration import load_pairs, write_pairs
 
     pairs = [
         CalibrationPair(

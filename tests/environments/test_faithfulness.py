@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.faithfulness import (
+from k2post_environments.faithfulness import (
     BUILTIN_DATA,
     FaithfulnessConfig,
     FaithfulnessEnv,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from environments.instruction_following import (
+from k2post_environments.instruction_following import (
     CONFLICTS,
     CONSTRAINTS,
     BulletCount,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.math_env import GENERATORS, MathConfig, MathEnv, answers_match, largest_number
+from k2post_environments.math_env import GENERATORS, MathConfig, MathEnv, answers_match, largest_number
 from k2post.envs import Task, make_environment
 
 GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "math.jsonl"

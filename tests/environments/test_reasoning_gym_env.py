@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from environments.reasoning_gym_env import ReasoningGymEnv, _dataset, clip_score
+from k2post_environments.reasoning_gym_env import ReasoningGymEnv, _dataset, clip_score
 from k2post.envs import Task, make_environment
 
 GOLDEN = Path(__file__).resolve().parents[2] / "environments" / "golden" / "reasoning_gym.jsonl"

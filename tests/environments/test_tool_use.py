@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from environments.tool_use import ToolUseConfig, ToolUseEnv, ToolUseState
+from k2post_environments.tool_use import ToolUseConfig, ToolUseEnv, ToolUseState
 from k2post.toolsets import TEMPLATES, TEMPLATES_BY_TOOLSET
 from k2post.toolsets.checks import Scenario, scenario_key, scenario_split
 from k2post.chat.template import render_assistant_body

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import environments  # noqa: F401  (registers the gyms)
-from environments.worked import chain_steps, chain_value, expression_of
+import k2post_environments  # noqa: F401  (registers the gyms)
+from k2post_environments.worked import chain_steps, chain_value, expression_of
 from k2post.envs.base import Task
 from k2post.envs.registry import make_environment
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from k2post.config.registry import load_run_config
-from pipelines.demo import run_demo
+from k2post_pipelines.demo import run_demo
 
 
 @pytest.mark.slow

@@ -113,7 +113,7 @@ def test_recipe_chains_every_stage_reports_and_skips_on_rerun(tiny_qwen2_dir):
 def test_recipe_seed_reaches_every_stage_config(tmp_path, seed, expected):
     """`seed=S` on the recipe is the seed of the model init, synth, SFT and RL stages (null: each config's own)."""
     from k2post.config.registry import load_run_config
-    from pipelines.recipe import Recipe
+    from k2post_pipelines.recipe import Recipe
 
     overrides = [f"run_dir={tmp_path}", f"seed={'null' if seed is None else seed}"]
     recipe = Recipe(load_run_config(str(REPO / "configs" / "recipe_demo.yaml"), overrides, expected_kind="recipe"))
@@ -131,7 +131,7 @@ def test_recipe_seed_reaches_every_stage_config(tmp_path, seed, expected):
 def test_recipe_model_path_follows_run_dir(tmp_path, path, expected):
     """`{run_dir}` in model.path puts each run's (each seed's) init under its own run dir; a plain path is kept."""
     from k2post.config.registry import load_run_config
-    from pipelines.recipe import Recipe
+    from k2post_pipelines.recipe import Recipe
 
     run_dir = str(tmp_path / "seed3")
     cfg = load_run_config(

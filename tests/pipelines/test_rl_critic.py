@@ -36,7 +36,7 @@ def coin_policy_dir(tiny_qwen2_dir, tmp_path_factory):
     other (an untrained model's groups are all-pass or all-fail, so nothing would be harvested)."""
     import torch
 
-    import environments  # noqa: F401  (registers the gyms)
+    import k2post_environments  # noqa: F401  (registers the gyms)
     from k2post.chat.template import render_ids
     from k2post.chat.types import Message
     from k2post.envs.registry import make_environment

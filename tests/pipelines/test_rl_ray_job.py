@@ -1,4 +1,4 @@
-"""`ray job submit --working-dir . -- python -m pipelines.rl CONFIG` on a local head (slow).
+"""`ray job submit --working-dir . -- python -m k2post_pipelines.rl CONFIG` on a local head (slow).
 
 The head (fixture `ray_head`, tests/pipelines/conftest.py) has its own temp dir and ports and
 RAY_AUTH_MODE set. The job joins that cluster (RAY_ADDRESS), runs one RL iteration with the
@@ -93,7 +93,7 @@ def test_rl_as_a_ray_job_succeeds_with_a_loadable_model(ray_head, tiny_qwen2_dir
             "--",
             "python",
             "-m",
-            "pipelines.rl",
+            "k2post_pipelines.rl",
             str(config),
             timeout=600,
         )

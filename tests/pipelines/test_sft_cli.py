@@ -1,4 +1,4 @@
-"""`k2post sft` / `python -m pipelines.sft`: config, data and run-dir errors are one line and exit 2."""
+"""`k2post sft` / `python -m k2post_pipelines.sft`: config, data and run-dir errors are one line and exit 2."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from k2post.cli import main as cli_main
-from pipelines.sft import main as sft_main
+from k2post_pipelines.sft import main as sft_main
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "sft_tool_use.yaml")

@@ -1,4 +1,4 @@
-"""`ray job submit -- python -m pipelines.sft CONFIG` on a local head (slow), then the output model in vLLM.
+"""`ray job submit -- python -m k2post_pipelines.sft CONFIG` on a local head (slow), then the output model in vLLM.
 
 The head (fixture `ray_head`, tests/pipelines/conftest.py) is ours alone: its own --temp-dir and ports,
 RAY_AUTH_MODE=disabled, stopped by pid.
@@ -61,7 +61,7 @@ def test_sft_as_a_ray_job_then_vllm(ray_head, tiny_qwen2_dir):
                 "--",
                 "python",
                 "-m",
-                "pipelines.sft",
+                "k2post_pipelines.sft",
                 str(config),
                 "train.log_every=1",
             ],

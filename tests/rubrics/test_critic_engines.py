@@ -23,9 +23,9 @@ import pytest
 from k2post.chat.template import render_ids
 from k2post.chat.types import Message
 from k2post.envs.base import Task
-from rubrics.critic import Critic, CriticConfig
+from k2post_rubrics.critic import Critic, CriticConfig
 from k2post.judging.prompts import judge_messages
-from rubrics.schema import builtin_rubrics
+from k2post_rubrics.schema import builtin_rubrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k2post" / "rollout"))
 from tool_model import Trajectory, train_on  # noqa: E402

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from k2post.cli import main
 from k2post.evaluation.request import build_eval_config
-from pipelines.critic import build_parser
-from pipelines.eval import request_from_args
+from k2post_pipelines.critic import build_parser
+from k2post_pipelines.eval import request_from_args
 
 
 def _model_dir(path: Path) -> Path:

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from rubrics.aggregate import bradley_terry, bradley_terry_log_strengths, scores_from, win_rates
+from k2post_rubrics.aggregate import bradley_terry, bradley_terry_log_strengths, scores_from, win_rates
 
 METHODS = ["win_rate", "bradley_terry"]
 

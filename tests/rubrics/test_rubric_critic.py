@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from k2post.chat.types import Message
 from k2post.llm.client import ChatResult, LLMClient
-from rubrics.critic import Critic, CriticConfig, CriticResult
-from rubrics.detectors import PrescriptiveConfig
-from rubrics.schema import Rubric
+from k2post_rubrics.critic import Critic, CriticConfig, CriticResult
+from k2post_rubrics.detectors import PrescriptiveConfig
+from k2post_rubrics.schema import Rubric
 
 PROMPT = [Message(role="user", content="Explain recursion.")]
 RESPONSES = ["a", "bbbb", "cc", "ddddddd"]  # lengths 1, 4, 2, 7 → by length: 3 > 1 > 2 > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from rubrics.detectors import (
+from k2post_rubrics.detectors import (
     DETECTORS,
     PrescriptiveConfig,
     initial_praise,

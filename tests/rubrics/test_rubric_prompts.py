@@ -8,7 +8,7 @@ import pytest
 
 from k2post.chat.types import Message, ToolCall
 from k2post.judging.prompts import INSTRUCTION, SYSTEM_PROMPT, escape_untrusted, format_rubrics, judge_messages
-from rubrics.schema import Rubric, builtin_rubrics
+from k2post_rubrics.schema import Rubric, builtin_rubrics
 from k2post.judging.verdict import parse_verdict
 
 PROMPT = [Message(role="system", content="Be brief."), Message(role="user", content="What is the capital of France?")]

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from k2post.envs.base import Task
-from rubrics.schema import DATA_DIR, Rubric, RubricFileError, builtin_rubrics, load_rubric_file, task_rubrics
+from k2post_rubrics.schema import DATA_DIR, Rubric, RubricFileError, builtin_rubrics, load_rubric_file, task_rubrics
 
 GOOD_ENTRY = "  - name: {name}\n    title: T\n    text: Check this.\n"
 

@@ -13,7 +13,7 @@ import yaml
 
 from k2post.config.loader import ConfigError
 from k2post.evaluation.request import build_eval_config, env_configs_from, resolve_model
-from pipelines.eval import build_parser, request_from_args
+from k2post_pipelines.eval import build_parser, request_from_args
 from proc_helpers import run_bounded
 
 REPO = Path(__file__).resolve().parents[3]

@@ -18,7 +18,7 @@ from k2post.llm.serve import (
     free_port,
     wait_ready,
 )
-from pipelines.serve import build_parser, main, serve_config_from_args
+from k2post_pipelines.serve import build_parser, main, serve_config_from_args
 
 
 def test_defaults_bind_loopback_without_key():
@@ -88,7 +88,7 @@ def test_a_server_that_does_not_start_ends_with_one_error_line(capsys, monkeypat
         raise ServerStartError(f"vLLM server exited with status 1 before it was ready; log {cfg.log_path}:\nboom")
 
     monkeypatch.setattr("k2post.llm.serve.start_server", fail)
-    monkeypatch.setattr("pipelines.serve.signal.signal", lambda *args: None)  # leave pytest's SIGTERM alone
+    monkeypatch.setattr("k2post_pipelines.serve.signal.signal", lambda *args: None)  # leave pytest's SIGTERM alone
     assert main(["/m", "--log", "/tmp/s.log"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert lines == [

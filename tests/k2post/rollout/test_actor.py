@@ -48,7 +48,7 @@ def actor(ray_cluster, tool_model_dir):
 def _push(actor, tensors: dict[str, torch.Tensor]) -> dict:
     """Driver-side WeightSender -> the actor's WeightReceiver -> its engine."""
     import ray
-    from checkpoint_engine import CheckpointEngineConfig, WeightSender
+    from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
 
     with WeightSender(CheckpointEngineConfig(bucket_nbytes=4 << 20, timeout_s=120)) as sender:
         for name in sorted(tensors):

@@ -142,7 +142,7 @@ def test_context_limit_ends_episode(engine, bank_env, bank_tasks):
 
 @pytest.mark.slow
 def test_crashing_environment_ends_only_its_episode(engine, bank_env, bank_tasks):
-    from environments.tool_use import ToolUseEnv
+    from k2post_environments.tool_use import ToolUseEnv
 
     class CrashingOnSecondStep(ToolUseEnv):
         def step(self, state, assistant):

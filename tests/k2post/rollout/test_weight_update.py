@@ -167,7 +167,7 @@ def test_tiny_k2_with_mla_kernels_rebuilds_from_shared_memory(tiny_k2_dir, pertu
 def _push_through_checkpoint_engine(engine, tensors: dict[str, torch.Tensor], via: str = "load_fn") -> None:
     """One update: WeightSender (this thread) -> WeightReceiver (a thread) -> the engine, either
     through `make_vllm_load_fn(engine)` or `engine.receive_update` (receiver in the vLLM worker)."""
-    from checkpoint_engine import CheckpointEngineConfig, WeightReceiver, WeightSender
+    from k2post_checkpoint_engine import CheckpointEngineConfig, WeightReceiver, WeightSender
 
     from k2post.rollout.weight_update import make_vllm_load_fn
 

@@ -1,4 +1,5 @@
-"""Data parallel (slow): `torchrun --nproc-per-node 2 -m pipelines.sft` equals one process with gradient accumulation 2.
+"""Data parallel (slow): `torchrun --nproc-per-node 2 -m k2post_pipelines.sft` equals one process with gradient
+accumulation 2.
 
 Both see the same 2 packed rows per step (rank r takes micro-batch r; the single process takes
 both in turn) and normalize by the step's label tokens over all ranks, so the step-1 loss is
@@ -60,7 +61,7 @@ def _torchrun(config: Path, *overrides: str) -> None:
         "--master-port",
         str(free_port()),
         "-m",
-        "pipelines.sft",
+        "k2post_pipelines.sft",
         str(config),
         *overrides,
     ]
