@@ -8,8 +8,9 @@ Run: `python benchmarks/critic_calibration.py [--out runs/bench_critic] [--itera
 
 `--quick`: a few-minute run (SFT of 30 steps on 300 math tasks, 2 RL iterations of 4 prompts x 4, 8 pairs and eval
 tasks). `--smoke`: the least run that still goes through every step below (synth of 40 math tasks, 2 SFT steps,
-1 RL iteration of 2 prompts x 2, 4 pairs and eval tasks): the test suite's check that the script runs end to end
-and ends with its JSON line; its figures mean nothing.
+1 RL iteration of 2 prompts x 2, 4 pairs and eval tasks; `k2post model / synth / critic / eval` in this process, `sft`
+and `rl` in child processes as always: benchmarks/_k2post_cli.py): the test suite's check that the script runs end to
+end and ends with its JSON line; its figures mean nothing.
 
 `--pair-kind reference` (default; the steps below): the judge tells a correct math answer from a wrong number.
 `--pair-kind malformed`: the judge tells a correct answer from a malformed one (no readable answer), in the compact
@@ -39,10 +40,8 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,21 +49,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._k2post_cli import run_cli  # noqa: E402
+
 MATH = {"difficulty": 1, "problem_types": ["add", "sub", "mul", "word"]}
 ANSWER_TOKENS, VERDICT_TOKENS = 32, 16
 
 
-def cli(*args: str, log: Path) -> float:
+def cli(*args: str, log: Path, in_process: bool = False) -> float:
     """Run a `k2post` command (output to `log`); returns its seconds; a failure stops the benchmark with the log's
-    tail."""
-    started = time.perf_counter()
-    with open(log, "w") as handle:
-        done = subprocess.run(
-            [sys.executable, "-m", "k2post.cli", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"k2post {args[0]} failed (exit {done.returncode}):\n{log.read_text()[-3000:]}")
-    return time.perf_counter() - started
+    tail. `in_process` (--smoke): model / synth / critic / eval in this process (benchmarks/_k2post_cli.py)."""
+    return run_cli(args, log, in_process=in_process)
 
 
 def calibration_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,8 +111,10 @@ def sft_model(args: argparse.Namespace, out: Path, seconds: dict[str, float]) ->
     if args.base_model and not is_model_dir(model):
         raise SystemExit(f"--base-model {args.base_model}: not a model dir (no config.json)")
     if not is_model_dir(model):
-        cli("model", "init", "--flavor", "tiny-qwen2", "--out", str(model), log=out / "model.log")
-    seconds["synth"] = cli("synth", str(synth_config(args, out)), log=out / "synth.log")
+        cli(
+            "model", "init", "--flavor", "tiny-qwen2", "--out", str(model), log=out / "model.log", in_process=args.smoke
+        )
+    seconds["synth"] = cli("synth", str(synth_config(args, out)), log=out / "synth.log", in_process=args.smoke)
     steps = ["train.max_steps=30"] if args.quick else []
     if args.smoke:  # no warm-up (it must be shorter than the run), no eval before the first step
         steps = ["train.max_steps=2", "schedule.warmup_steps=0", "train.eval_at_start=false"]
@@ -203,6 +199,7 @@ def heldout_pairs(
         "--out",
         str(path),
         log=out / "pairs.log",
+        in_process=args.smoke,
     )
     return path if path.is_file() and path.read_text().strip() else None
 
@@ -220,6 +217,7 @@ def evaluate(model: Path, config: Path, out: Path, name: str, args: argparse.Nam
         "--out",
         str(report),
         log=out / f"eval_{name}.log",
+        in_process=args.smoke,
     )
     return json.loads(report.read_text())["envs"]
 

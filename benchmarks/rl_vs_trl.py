@@ -2,7 +2,8 @@
 
 Run: `python benchmarks/rl_vs_trl.py [--sft-model runs/demo/sft/final] [--iterations 20] [--quick | --smoke]`
 (repo root). `--quick`: 2 iterations of 4 prompts x 4, eval on 8 tasks. `--smoke`: the least run through every step
-(a 2-step SFT start when it is built here, 1 iteration of 2 prompts x 2, eval on 4 tasks): the test suite's check that
+(a 2-step SFT start when it is built here, 1 iteration of 2 prompts x 2, eval on 4 tasks; `k2post model / synth / eval`
+in this process, `sft` and `rl` in child processes as always: benchmarks/_k2post_cli.py): the test suite's check that
 the script runs end to end and ends with its JSON line; its figures mean nothing.
 
 Same tiny model and SFT start (the demo's: `--sft-model`, else built here with configs/synth_demo.yaml +
@@ -29,7 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._k2post_cli import run_cli  # noqa: E402
+
 CHAIN_SUM = {
     "dataset": "chain_sum",
     "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
@@ -48,14 +50,10 @@ MAX_TOKENS = 32
 EVAL_SECONDS = ("time/eval_s",)
 
 
-def cli(*args: str, log: Path) -> None:
-    """Run a `k2post` command; its output goes to `log`; a failure stops the benchmark with the log's tail."""
-    with open(log, "w") as handle:
-        done = subprocess.run(
-            [sys.executable, "-m", "k2post.cli", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"k2post {args[0]} failed (exit {done.returncode}):\n{log.read_text()[-3000:]}")
+def cli(*args: str, log: Path, in_process: bool = False) -> None:
+    """Run a `k2post` command; its output goes to `log`; a failure stops the benchmark with the log's tail.
+    `in_process` (--smoke): model / synth / eval in this process (benchmarks/_k2post_cli.py)."""
+    run_cli(args, log, in_process=in_process)
 
 
 def ensure_sft_model(args: argparse.Namespace, out: Path) -> Path:
@@ -67,13 +65,24 @@ def ensure_sft_model(args: argparse.Namespace, out: Path) -> Path:
     model, synth, sft = out / "model", out / "synth", out / "sft"
     if not is_model_dir(sft / "final"):
         if not is_model_dir(model):
-            cli("model", "init", "--flavor", "tiny-qwen2", "--out", str(model), log=out / "model.log")
+            cli(
+                "model",
+                "init",
+                "--flavor",
+                "tiny-qwen2",
+                "--out",
+                str(model),
+                log=out / "model.log",
+                in_process=args.smoke,
+            )
         quick = ["gym_tasks.0.tasks=200", "gym_tasks.1.tasks=40", "tasks_per_domain=2"] if args.quick else []
         steps = ["train.max_steps=20"] if args.quick else []
         if args.smoke:  # every gym's rows, a handful each; SFT: no warm-up, no eval before the first step
             quick = ["gym_tasks.0.tasks=40", *(f"gym_tasks.{i}.tasks=8" for i in range(1, 5)), "tasks_per_domain=1"]
             steps = ["train.max_steps=2", "schedule.warmup_steps=0", "train.eval_at_start=false"]
-        cli("synth", "configs/synth_demo.yaml", f"out_dir={synth}", *quick, log=out / "synth.log")
+        cli(
+            "synth", "configs/synth_demo.yaml", f"out_dir={synth}", *quick, log=out / "synth.log", in_process=args.smoke
+        )
         cli(
             "sft",
             "configs/sft_demo.yaml",
@@ -260,6 +269,7 @@ def eval_model(model_dir: Path, rl_config_file: Path, args: argparse.Namespace, 
         "--out",
         str(report),
         log=report.with_suffix(".log"),
+        in_process=args.smoke,
     )
     return json.loads(report.read_text())["envs"]["reasoning_gym"]["accuracy"]
 

@@ -14,6 +14,8 @@ errors —, KeyError, FileNotFoundError, FileExistsError, and `UserError` subcla
 SynthError, the recipe's StageError and ServerStartError) is one line
 `k2post <command>: error: <message>` on stderr, last, and exit status 2, never a traceback.
 A usage error is argparse's own (usage line, then `k2post <command>: error: ...`), also status 2.
+A handler validates its flags and config first and imports torch / vLLM / Ray / DeepSpeed after that, so a
+mistake is reported in well under a second.
 """
 
 from __future__ import annotations

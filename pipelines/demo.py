@@ -1,11 +1,11 @@
 """End-to-end smoke run: build (or load) the model, chat with it through vLLM, compare with transformers.
 
-    python -m pipelines.demo configs/demo.yaml [key.path=value ...]
+    python -m k2post_pipelines.demo configs/demo.yaml [key.path=value ...]
     k2post demo configs/demo.yaml [key.path=value ...]            # the same (`make smoke`)
 
 Writes `<run_dir>/generations.jsonl` and `<run_dir>/summary.json`. Exit status 0 when vLLM's greedy
 output matches transformers' (or the check is off), 1 when it does not, 2 on a config error (one
-line `k2post demo: error: ...`).
+line `k2post demo: error: ...`, given before torch and vLLM are imported).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from k2post.chat.types import Message
 from k2post.command import add_config_arguments, command_parser, run_command
 from k2post.config.registry import load_run_config
 from k2post.config.runs import DemoConfig
-from k2post.models.loading import ensure_model, load_causal_lm, load_tokenizer
 
 console = Console()
 
@@ -51,6 +50,7 @@ def build_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
 
 def run_demo(cfg: DemoConfig) -> dict:
     """Run the demo; returns the summary that is also written to run_dir/summary.json."""
+    from k2post.models.loading import ensure_model, load_causal_lm, load_tokenizer
     from k2post.rollout.hf_reference import hf_greedy
     from k2post.rollout.vllm_engine import VLLMEngine
 

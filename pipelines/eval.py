@@ -4,7 +4,7 @@ held-out accuracy per environment.
     k2post eval runs/rl_demo --n 100 --seed 3                 # a run dir: its final model, its envs and budgets
     k2post eval artifacts/models/tiny-qwen2 --env math --env-config math.yaml --n 64
     k2post eval runs/sft_demo/final --env reasoning_gym --env-config configs/rl_demo.yaml  # env configs of an RL config
-    python -m pipelines.eval runs/rl_demo --split shifted    # the same without the console script
+    python -m k2post_pipelines.eval runs/rl_demo --split shifted    # the same without the console script
 
 How the target, env configs, budgets and the report path are resolved: k2post/evaluation/request.py
 (docs/EVAL.md). `--split`: test (default: the report), dev (choosing settings), shifted (a held-out
@@ -74,13 +74,16 @@ def request_from_args(args: argparse.Namespace, **changes):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the evaluation; print the table and where the report went."""
-    from rich.console import Console
-
-    from k2post.evaluation.heldout import evaluate, report_table
+    """Run the evaluation; print the table and where the report went. The flags, files and env names are
+    checked before torch / vLLM are imported (a mistake is one line in about a second)."""
     from k2post.evaluation.request import build_eval_config
 
     cfg = build_eval_config(request_from_args(args))
+
+    from rich.console import Console
+
+    from k2post.evaluation.heldout import evaluate, report_table
+
     report = evaluate(cfg)
     console = Console(width=120)
     console.print(report_table(report))

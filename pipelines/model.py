@@ -2,7 +2,7 @@
 
     k2post model init --flavor tiny-qwen2 --out artifacts/models/tiny-qwen2 [--seed 0] [--overwrite]
     k2post model flavors
-    python -m pipelines.model flavors               # the same without the console script
+    python -m k2post_pipelines.model flavors               # the same without the console script
 
 Exit status 2 (one line `k2post model: error: ...`) for an unknown flavor or an existing output dir.
 """
@@ -15,6 +15,10 @@ from k2post.command import command_parser, run_command
 
 
 def _init(args: argparse.Namespace) -> int:
+    from k2post.models.flavors import FLAVORS, unknown_flavor_message
+
+    if args.flavor not in FLAVORS:  # before torch is imported: a typo is one line in well under a second
+        raise KeyError(unknown_flavor_message(args.flavor))
     from k2post.models.init import init_model_dir
 
     path = init_model_dir(args.flavor, args.out, seed=args.seed, vocab_size=args.vocab_size, overwrite=args.overwrite)

@@ -1,6 +1,6 @@
 """The recipe end to end (what `make demo` runs): model -> synth -> SFT -> eval -> RL -> eval, then a report.
 
-    python -m pipelines.recipe configs/recipe_demo.yaml [key.path=value ...]
+    python -m k2post_pipelines.recipe configs/recipe_demo.yaml [key.path=value ...]
     k2post recipe configs/recipe_demo.yaml rl_overrides='[train.iterations=10]'
 
 Each stage is the same `k2post` command a user would type (`model init`, `synth`, `sft`, `eval`,
@@ -110,7 +110,7 @@ class Recipe:
         self.envs, self.shifted_envs = env_names(cfg.rl, cfg.rl_overrides)
 
     def stage_model(self) -> None:
-        from k2post.models.loading import is_model_dir
+        from k2post.models.config import is_model_dir
 
         if is_model_dir(self.model):
             return

@@ -56,9 +56,9 @@ def load_config(file: str | None, overrides: list[str], resume: str | None = Non
 
 def run(args: argparse.Namespace) -> int:
     """Validate the config (before Ray starts), run, print the summary as one JSON line."""
+    cfg = load_config(args.file, args.overrides, args.resume)  # a mistake is one line before torch is imported
     from k2post.rl.controller import RLRun
 
-    cfg = load_config(args.file, args.overrides, args.resume)
     summary = RLRun(cfg).run()
     print(json.dumps(summary), flush=True)
     return 0

@@ -1,9 +1,9 @@
 """SFT entry point: fine-tune on a chat dataset (e.g. `k2post synth` output) with MuonClip under DeepSpeed.
 
-    python -m pipelines.sft configs/sft_tool_use.yaml [key.path=value ...]
+    python -m k2post_pipelines.sft configs/sft_tool_use.yaml [key.path=value ...]
     k2post sft configs/sft_tool_use.yaml [key.path=value ...]                 # the same
-    ray job submit --working-dir . -- python -m pipelines.sft configs/sft_tool_use.yaml
-    torchrun --nproc-per-node 2 -m pipelines.sft configs/sft_tool_use.yaml   # data parallel
+    ray job submit --working-dir . -- python -m k2post_pipelines.sft configs/sft_tool_use.yaml
+    torchrun --nproc-per-node 2 -m k2post_pipelines.sft configs/sft_tool_use.yaml   # data parallel
 
 Writes metrics.jsonl, data_report.json, checkpoints/step-N, final/ (an HF model dir vLLM
 loads) and summary.json into `run_dir`; `resume=true` continues from the newest checkpoint.
@@ -33,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Load the config and train; rank 0 prints the summary as one JSON line."""
     from k2post.config.registry import load_run_config
+
+    cfg = load_run_config(args.file, args.overrides, expected_kind="sft")  # a config error before torch loads
+
     from k2post.sft.trainer import run_sft
 
-    cfg = load_run_config(args.file, args.overrides, expected_kind="sft")
     summary = run_sft(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(summary), flush=True)

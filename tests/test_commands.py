@@ -1,12 +1,14 @@
 """One entry-point shape: every `k2post <command>` is `pipelines/<command>.py:main`, errors are one line.
 
 Config errors are checked in process, through `k2post <command>` and `python -m pipelines.<command>`'s
-`main` alike: exactly one stderr line `k2post <command>: error: ...`, exit status 2.
+`main` alike: exactly one stderr line `k2post <command>: error: ...`, exit status 2; and in a fresh process, before
+torch, transformers, vLLM, Ray or DeepSpeed is imported (all but `rl`).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +74,40 @@ def test_config_error_is_one_line_with_the_command_prefix(capsys, monkeypatch, t
     assert err.startswith(f"k2post {name}: error: ") and err.count("\n") == 1 and needle in err, err
 
 
+# Run in a fresh process: the pytest process has long imported torch. `rl` is left out (pipelines/rl.py imports its
+# controller before it validates the config).
+NO_TORCH_BEFORE_VALIDATION = """
+import json, sys
+from k2post.cli import main
+heavy = {}
+for argv in json.loads(sys.argv[1]):
+    assert main(argv) == 2, argv
+    heavy[argv[0]] = [m for m in ("torch", "transformers", "vllm", "ray", "deepspeed") if m in sys.modules]
+print(json.dumps(heavy))
+"""
+
+
+def test_config_errors_come_before_torch_and_vllm_are_imported(tmp_path):
+    """A mistake is one line in well under a second: each command validates before its heavy imports."""
+    model = str(_model_dir(tmp_path / "m"))
+    cases = [[name, *(a.replace("{model}", model) for a in args)] for name, (args, _) in CONFIG_ERRORS.items()]
+    cases += [
+        ["eval", model, "--env", "maths"],
+        ["config", "show", "configs/demo.yaml", "sampling.temprature=0.5"],
+        ["model", "init", "--flavor", "tiny-gpt9", "--out", str(tmp_path / "unused")],
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", NO_TORCH_BEFORE_VALIDATION, json.dumps(cases)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    heavy = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(heavy) == sorted({argv[0] for argv in cases}) and not any(heavy.values()), heavy
+
+
 def test_usage_errors_are_argparse_s_with_the_same_prefix(capsys):
     assert main(["sft"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == "k2post sft: error: the following arguments are required: CONFIG"
@@ -103,7 +139,7 @@ def test_the_known_user_errors_are_caught():
     from k2post.sft.trainer import RunDirError
     from k2post.synth.pipeline import SynthError
     from k2post.train.checkpoint import ResumeError
-    from pipelines.recipe import StageError
+    from k2post_pipelines.recipe import StageError
 
     known = [ConfigError, GoldenFileError, EnvironmentRegistryError, ServerStartError, RLRunDirError, SFTDataError]
     known += [RunDirError, SynthError, ResumeError, StageError, FileNotFoundError, FileExistsError, KeyError]

@@ -38,7 +38,7 @@ class EvalRequest:
 
 def resolve_model(target: str) -> tuple[Path, Path | None]:
     """(model dir, run dir or None) for an HF model dir or a run dir."""
-    from k2post.models.loading import is_model_dir
+    from k2post.models.config import is_model_dir
 
     path = Path(target)
     if not path.is_dir():

@@ -2,17 +2,24 @@
 
 `path` is an HF model directory (any HF causal LM dir works). When it does not exist and
 `flavor` names a registered tiny flavor (`k2post.models.flavors`), `ensure_model` builds it
-there from `seed` and a fresh tokenizer of `vocab_size` entries.
+there from `seed` and a fresh tokenizer of `vocab_size` entries. `is_model_dir(path)`: does `path` hold one.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from k2post.config.base import K2Config
 from k2post.models.flavors import FLAVORS, unknown_flavor_message
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """True when `path` is a directory holding an HF `config.json` (here, not in `loading`, so that commands can
+    check a path before importing torch)."""
+    return (Path(path) / "config.json").is_file()
 
 
 class ModelConfig(K2Config):

@@ -3,7 +3,8 @@
 A flavor is a function `vocab_size -> transformers.PretrainedConfig`, registered by name
 with `register_flavor` (a second registration under the same name is an error).
 `flavor_config(name, vocab_size)` builds the config; token ids (pad / eos / bos) are set
-by the caller (`k2post.models.init`), which knows the tokenizer.
+by the caller (`k2post.models.init`), which knows the tokenizer. transformers is imported
+only when a config is built, so the names (and `ModelConfig`'s check of them) load without torch.
 
 Built-in flavors (parameter counts at vocab 4096, the default tokenizer's size including its
 12 special tokens; each 64 extra vocab rows add 64 * hidden * 2 params, embeddings are untied):
@@ -28,11 +29,12 @@ config so vLLM and readers of config.json see the K2 routing explicitly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from transformers import DeepseekV3Config, PretrainedConfig, Qwen2Config
+if TYPE_CHECKING:  # transformers (and torch under it) load only when a flavor's config is built
+    from transformers import DeepseekV3Config, PretrainedConfig, Qwen2Config
 
-FlavorBuilder = Callable[[int], PretrainedConfig]
+FlavorBuilder = Callable[[int], "PretrainedConfig"]
 
 # Head sizes the vLLM CPU attention backend supports (REFERENCE.md, "Seen on this machine").
 VLLM_CPU_HEAD_SIZES: frozenset[int] = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
@@ -80,6 +82,8 @@ def flavor_config(name: str, vocab_size: int) -> PretrainedConfig:
 
 def tiny_qwen2_config(vocab_size: int) -> Qwen2Config:
     """Tiny dense Qwen2 (GQA, head_dim 64): 4,460,800 params at vocab 4096."""
+    from transformers import Qwen2Config
+
     return Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=256,
@@ -97,6 +101,8 @@ def tiny_qwen2_config(vocab_size: int) -> Qwen2Config:
 
 def tiny_k2_config(vocab_size: int) -> DeepseekV3Config:
     """Tiny K2-shaped DeepSeek-V3 (MLA + MoE, sigmoid noaux_tc router): 20,205,056 params at vocab 4096."""
+    from transformers import DeepseekV3Config
+
     return DeepseekV3Config(
         vocab_size=vocab_size,
         hidden_size=512,

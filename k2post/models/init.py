@@ -36,7 +36,7 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfig, PreTrainedModel
 
 from k2post.chat.tokens import IM_END
-from k2post.models.flavors import flavor_config
+from k2post.models.flavors import FLAVORS, flavor_config, unknown_flavor_message
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +143,8 @@ def init_model_dir(
 
     out_path = Path(out_dir).absolute()
     _check_out_dir(out_path, overwrite)
+    if flavor not in FLAVORS:  # before the tokenizer is trained
+        raise KeyError(unknown_flavor_message(flavor))
     tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)
     model = build_model(build_flavor_config(flavor, tokenizer), seed, len(tokenizer))
     out_path.parent.mkdir(parents=True, exist_ok=True)

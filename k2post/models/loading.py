@@ -13,17 +13,12 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from k2post.models.config import ModelConfig
+from k2post.models.config import ModelConfig, is_model_dir
 from k2post.models.flavors import known_flavors
 from k2post.models.init import init_model_dir
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-
-
-def is_model_dir(path: str | Path) -> bool:
-    """True when `path` is a directory holding an HF `config.json`."""
-    return (Path(path) / "config.json").is_file()
 
 
 def ensure_model(cfg: ModelConfig) -> Path:

@@ -1,9 +1,11 @@
 """Each benchmark script runs (in its smoke form where it has one, else its quick form) and ends with one JSON line of
-its figures: a check that every step of the script runs, not a measurement."""
+its figures: a check that every step of the script runs, not a measurement. The scripts' `k2post` runner
+(benchmarks/_k2post_cli.py) in this process: output in the log, working directory and environment restored."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +14,10 @@ import pytest
 from proc_helpers import run_bounded
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._k2post_cli import run_cli  # noqa: E402
 
 CASES = {
     "critic_calibration.py": (
@@ -50,3 +56,20 @@ def test_benchmark_ends_with_json(script, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert keys <= set(figures)
+
+
+def test_in_process_commands_write_their_log_and_leave_no_trace(tmp_path, monkeypatch, capfd):
+    def no_child(*args, **kwargs):
+        raise AssertionError("started a child process")
+
+    monkeypatch.setattr("benchmarks._k2post_cli.subprocess.run", no_child)
+    monkeypatch.chdir(tmp_path)  # relative paths resolve from the repo root, as in a child process
+    monkeypatch.setenv("VLLM_PROBE", "kept")
+    environ = dict(os.environ)
+    log = tmp_path / "show.log"
+    run_cli(["config", "show", "configs/demo.yaml", "sampling.max_tokens=7"], log, in_process=True)
+    assert "max_tokens: 7" in log.read_text() and capfd.readouterr().out == ""
+    assert Path.cwd() == tmp_path and dict(os.environ) == environ
+    with pytest.raises(SystemExit, match=r"k2post config failed \(exit 2\):\n.*sampling.temprature: unknown key"):
+        run_cli(["config", "show", "configs/demo.yaml", "sampling.temprature=0"], log, in_process=True)
+    assert capfd.readouterr().out == ""
