@@ -98,11 +98,11 @@ def test_duplicate_entry_point_name_is_a_clear_error(installed, tmp_path):
 def test_entry_point_clashing_with_a_builtin_is_a_clear_error(tmp_path):
     from k2post.envs import registered_environments
 
-    builtin = next(n for n, c in registered_environments().items() if c.__module__.startswith("environments."))
+    builtin = next(n for n, c in registered_environments().items() if c.__module__.startswith("k2post_environments."))
     dupe = _fake_dist(tmp_path / "dupe", "clash-pkg", builtin)
     proc = _k2post("envs", "list", path=[dupe])
     assert proc.returncode == 2, proc.stdout
     assert (
         f"entry point {builtin!r} (dupe_env:Clone, from clash-pkg): environment name {builtin!r} "
-        "is already registered by environments." in proc.stderr
+        "is already registered by k2post_environments." in proc.stderr
     )

@@ -34,7 +34,7 @@ def _fuzz_targets() -> list[str]:
     """Built-ins, entry-point envs and this suite's robust toy envs (not envs that other test
     modules may have registered, possibly broken on purpose)."""
     entry_names = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    ours = ("environments.", "k2post_toy_envs")
+    ours = ("k2post_environments.", "k2post_toy_envs")
     return sorted(
         name
         for name, cls in registered_environments().items()
