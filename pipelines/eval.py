@@ -5,6 +5,7 @@ held-out accuracy per environment.
     k2post eval artifacts/models/tiny-qwen2 --env math --env-config math.yaml --n 64
     k2post eval runs/sft_demo/final --env reasoning_gym --env-config configs/rl_demo.yaml  # env configs of an RL config
     python -m k2post_pipelines.eval runs/rl_demo --split shifted    # the same without the console script
+    k2post eval runs/rl_demo --split test --split shifted --out out/{split}.json   # two splits, one engine build
 
 How the target, env configs, budgets and the report path are resolved: k2post/evaluation/request.py
 (docs/EVAL.md). `--split`: test (default: the report), dev (choosing settings), shifted (a held-out
@@ -43,13 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--split",
         choices=("test", "dev", "shifted", "train"),
-        default="test",
-        help="task split: test (default, the report), dev (choosing settings), shifted (generalization), train",
+        action="append",
+        help="task split: test (default, the report), dev (choosing settings), shifted (generalization), train; "
+        "repeatable: several splits share one engine build and each gets its own report",
     )
     parser.add_argument("--samples", type=int, default=1, help="episodes per task; >1 needs --temperature > 0 (avg@k)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument(
-        "--out", default=None, help="report path (default <run or model dir>/eval/<envs>-n<N>-s<S>.json)"
+        "--out",
+        default=None,
+        help="report path (default <run or model dir>/eval/<envs>-n<N>-s<S>.json); with several --split values it "
+        "must contain {split}",
     )
     return parser
 
@@ -64,7 +69,7 @@ def request_from_args(args: argparse.Namespace, **changes):
         "env_configs": args.env_config or [],
         "n": args.n,
         "seed": args.seed,
-        "split": args.split,
+        "split": args.split if isinstance(args.split, str) else "test",  # eval's repeatable --split: split_requests
         "samples": getattr(args, "samples", 1),
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
@@ -73,21 +78,34 @@ def request_from_args(args: argparse.Namespace, **changes):
     return EvalRequest(**{**flags, **changes})
 
 
+def split_requests(args: argparse.Namespace) -> list:
+    """One `EvalRequest` per `--split` (in order, duplicates dropped); `{split}` in --out names each report."""
+    from k2post.config.loader import ConfigError
+
+    splits = list(dict.fromkeys(args.split or ["test"]))
+    if len(splits) > 1 and args.out is not None and "{split}" not in args.out:
+        raise ConfigError(f"--out {args.out!r}: with several --split values ({', '.join(splits)}) put {{split}} in it")
+    return [
+        request_from_args(args, split=split, out=None if args.out is None else args.out.replace("{split}", split))
+        for split in splits
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the evaluation; print the table and where the report went. The flags, files and env names are
-    checked before torch / vLLM are imported (a mistake is one line in about a second)."""
+    """Run the evaluation (every split on one engine); print the tables and where the reports went. The flags,
+    files and env names are checked before torch / vLLM are imported (a mistake is one line in about a second)."""
     from k2post.evaluation.request import build_eval_config
 
-    cfg = build_eval_config(request_from_args(args))
+    cfgs = [build_eval_config(request) for request in split_requests(args)]
 
     from rich.console import Console
 
-    from k2post.evaluation.heldout import evaluate, report_table
+    from k2post.evaluation.heldout import evaluate_splits, report_table
 
-    report = evaluate(cfg)
     console = Console(width=120)
-    console.print(report_table(report))
-    console.print(f"report: {cfg.report_path}")
+    for cfg, report in zip(cfgs, evaluate_splits(cfgs)):
+        console.print(report_table(report))
+        console.print(f"report: {cfg.report_path}")
     return 0
 
 

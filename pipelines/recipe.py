@@ -171,34 +171,47 @@ class Recipe:
             return []
         return [f"{SEED_FIELDS[kind]}={self.cfg.seed}"]
 
-    def stage_eval(self, name: str, target: Path, extra: list[str], split: str = "test") -> dict[str, Any]:
-        stage = name if split == "test" else f"{name}_{split}"
-        out = self.run_dir / "eval" / f"{stage}.json"
-        if not out.is_file():
-            args = [
-                "eval",
-                str(target),
-                *extra,
-                "--n",
-                str(self.cfg.eval_n),
-                "--seed",
-                str(self.cfg.eval_seed),
-                "--split",
-                split,
-                "--out",
-                str(out),
-            ]
-            run_stage(f"eval_{stage}", stage_command(*args), self.logs, self.timings)
-        return json.loads(out.read_text())
+    def eval_stage(self, stage: str, name: str, target: Path, config: Path, envs: list[str], splits: list[str]) -> None:
+        """One `k2post eval` process (logged as `stage`) over `envs` for every split of `splits` still missing its
+        report (`eval/<name>.json` for test, `eval/<name>_<split>.json` otherwise): one engine build for all."""
+        missing = [split for split in splits if not self.eval_report(name, split).is_file()]
+        if not missing:
+            return
+        out = str(self.run_dir / "eval" / f"{name}_{{split}}.json")
+        args = [
+            "eval",
+            str(target),
+            *[flag for n in envs for flag in ("--env", n)],
+            "--env-config",
+            str(config),
+            "--n",
+            str(self.cfg.eval_n),
+            "--seed",
+            str(self.cfg.eval_seed),
+            *[flag for split in missing for flag in ("--split", split)],
+            "--out",
+            out,
+        ]
+        run_stage(stage, stage_command(*args), self.logs, self.timings)
+        renamed = self.run_dir / "eval" / f"{name}_test.json"
+        if renamed.is_file():
+            os.replace(renamed, self.eval_report(name, "test"))
+
+    def eval_report(self, name: str, split: str) -> Path:
+        return self.run_dir / "eval" / (f"{name}.json" if split == "test" else f"{name}_{split}.json")
 
     def evals(self, name: str, target: Path, config: Path) -> dict[str, dict[str, Any]]:
-        """The test-split eval of `target` over the RL envs, and the shifted one over those that have a shifted set."""
-        out = {}
-        for split, names in (("test", self.envs), ("shifted", self.shifted_envs)):
-            if names:
-                flags = [flag for n in names for flag in ("--env", n)]
-                out[split] = self.stage_eval(name, target, [*flags, "--env-config", str(config)], split)
-        return out
+        """The test-split eval of `target` over the RL envs, and the shifted one over those that have a shifted set:
+        one eval process when both cover the same envs, else one per split."""
+        wanted = {"test": self.envs, "shifted": self.shifted_envs}
+        wanted = {split: names for split, names in wanted.items() if names}
+        if len({tuple(names) for names in wanted.values()}) == 1:
+            self.eval_stage(f"eval_{name}", name, target, config, self.envs, list(wanted))
+        else:
+            for split, names in wanted.items():
+                stage = f"eval_{name}" if split == "test" else f"eval_{name}_{split}"
+                self.eval_stage(stage, name, target, config, names, [split])
+        return {split: json.loads(self.eval_report(name, split).read_text()) for split in wanted}
 
     def rl_config_file(self) -> Path:
         """The RL config with the recipe's overrides applied (what `eval before` reads env configs and budgets from)."""

@@ -10,7 +10,7 @@ The pieces are shared with the RL controller's in-loop eval (`k2post/rl/controll
 `draw_tasks` (which tasks), `eval_work` (episode ids/options), `score_items` (what the reward
 workers score) and `summarize` (accuracy, mean reward, truncation, response length per env).
 `k2post eval` (pipelines/eval.py, k2post/evaluation/request.py) resolves a run dir to its model and prints
-`report_table`.
+`report_table`; `evaluate_splits` runs several splits (one config each) on one engine build.
 """
 
 from __future__ import annotations
@@ -38,15 +38,20 @@ def draw_tasks(env: Environment, split: str = "test", n: int = 64, seed: int = 0
 
 
 def eval_work(
-    tasks: Mapping[str, Sequence[Task]], budget: BudgetConfig, temperature: float, samples: int, seed: int
+    tasks: Mapping[str, Sequence[Task]],
+    budget: BudgetConfig,
+    temperature: float,
+    samples: int,
+    seed: int,
+    prefix: str = "eval",
 ) -> list[tuple[tuple[str, Task], EpisodeOptions]]:
-    """((env_name, task), episode options) for every task x sample: ids `eval/<env>/<task>/<k>`."""
+    """((env_name, task), episode options) for every task x sample: ids `<prefix>/<env>/<task>/<k>`."""
     work = []
     for name, env_tasks in tasks.items():
         for task in env_tasks:
             for k in range(samples):
                 options = EpisodeOptions(
-                    id=f"eval/{name}/{task.id}/{k}",
+                    id=f"{prefix}/{name}/{task.id}/{k}",
                     temperature=temperature,
                     max_tokens=budget.budget_for(task.task_type),
                     seed=seed * 1000 + k if temperature > 0 else None,
@@ -124,13 +129,17 @@ def mean_accuracy(per_env: Mapping[str, Mapping[str, float]]) -> float:
     return sum(m["accuracy"] for m in per_env.values()) / max(len(per_env), 1)
 
 
-def run_episodes(cfg: EvalConfig, work: list[tuple[tuple[str, Task], dict[str, Any]]]) -> list[Any]:
-    """Every episode to the end on one in-process vLLM engine (greedy unless cfg.temperature > 0)."""
+def run_episodes(
+    cfg: EvalConfig, work: list[tuple[tuple[str, Task], dict[str, Any]]], env_configs: dict[str, Any] | None = None
+) -> list[Any]:
+    """Every episode to the end on one in-process vLLM engine (greedy unless cfg.temperature > 0); `env_configs`
+    (default cfg's) are the environments the episodes may come from."""
     from k2post.rollout.actor import RolloutWorker
     from k2post.rollout.config import SamplingConfig
 
     sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.agentic.max_turn_tokens, logprobs=False)
-    worker = RolloutWorker(cfg.model_path, cfg.engine, cfg.env_configs(), cfg.agentic, sampling)
+    configs = cfg.env_configs() if env_configs is None else env_configs
+    worker = RolloutWorker(cfg.model_path, cfg.engine, configs, cfg.agentic, sampling)
     try:
         return worker.run_episodes([item for item, _ in work], [options for _, options in work])
     finally:
@@ -139,15 +148,52 @@ def run_episodes(cfg: EvalConfig, work: list[tuple[tuple[str, Task], dict[str, A
 
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     """Run the evaluation; returns (and writes to cfg.report_path) the JSON report."""
+    return evaluate_splits([cfg])[0]
+
+
+def _shared_engine_problem(cfgs: Sequence[EvalConfig]) -> str | None:
+    """Why `cfgs` cannot share one engine (None: they can): same model, engine, turns and temperature."""
+    first = cfgs[0]
+    for cfg in cfgs[1:]:
+        for field in ("model_path", "engine", "agentic", "temperature"):
+            if getattr(cfg, field) != getattr(first, field):
+                return f"{field} differs between the {first.split} and {cfg.split} evals"
+    return None
+
+
+def evaluate_splits(cfgs: Sequence[EvalConfig]) -> list[dict[str, Any]]:
+    """Evaluate several configs (typically one per split) on one engine: one model load and one engine build
+    for all of them. Returns (and writes to each cfg.report_path) one report per config, in order."""
     from k2post.envs.workers import RewardPool
 
+    if problem := _shared_engine_problem(cfgs):
+        raise ValueError(f"cannot evaluate these on one engine: {problem}")
     started = time.perf_counter()
-    envs = {entry.name: entry.make() for entry in cfg.envs}
-    tasks = {name: draw_tasks(env, cfg.split, cfg.n, cfg.seed) for name, env in envs.items()}
-    work = eval_work(tasks, cfg.budget, cfg.temperature, cfg.samples_per_task, cfg.seed)
-    episodes = run_episodes(cfg, work)
-    with RewardPool(num_workers=cfg.reward_workers, timeout_s=cfg.reward_timeout_s) as pool:
-        rewards = pool.score_batch(score_items(episodes, envs, cfg.env_configs()))
+    envs = [{entry.name: entry.make() for entry in cfg.envs} for cfg in cfgs]
+    works = [
+        eval_work(
+            {name: draw_tasks(env, cfg.split, cfg.n, cfg.seed) for name, env in cfg_envs.items()},
+            cfg.budget,
+            cfg.temperature,
+            cfg.samples_per_task,
+            cfg.seed,
+            prefix="eval" if cfg.split == "test" else f"eval-{cfg.split}",
+        )
+        for cfg, cfg_envs in zip(cfgs, envs)
+    ]
+    env_configs = {name: config for cfg in cfgs for name, config in cfg.env_configs().items()}
+    episodes = run_episodes(cfgs[0], [item for work in works for item in work], env_configs)
+    reports, start = [], 0
+    with RewardPool(num_workers=cfgs[0].reward_workers, timeout_s=cfgs[0].reward_timeout_s) as pool:
+        for cfg, cfg_envs, work in zip(cfgs, envs, works):
+            cfg_episodes, start = episodes[start : start + len(work)], start + len(work)
+            rewards = pool.score_batch(score_items(cfg_episodes, cfg_envs, cfg.env_configs()))
+            reports.append(build_report(cfg, cfg_episodes, rewards, time.perf_counter() - started))
+    return reports
+
+
+def build_report(cfg: EvalConfig, episodes: Sequence[Any], rewards: Sequence[Any], wall_s: float) -> dict[str, Any]:
+    """The JSON report of one config's scored episodes (written to cfg.report_path when it is set)."""
     per_env = summarize(episodes, rewards, cfg.success_threshold)
     report = {
         "model": str(cfg.model_path),
@@ -160,7 +206,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         "envs": per_env,
         "env_configs": cfg.env_configs(),
         "samples": episode_samples(episodes, rewards),
-        "wall_s": round(time.perf_counter() - started, 2),
+        "wall_s": round(wall_s, 2),
     }
     if cfg.report_path:
         write_report(Path(cfg.report_path), report)

@@ -57,6 +57,19 @@ def _reset_parallel_state_if_alone(engine: "VLLMEngine") -> None:
     parallel_state.destroy_distributed_environment()
 
 
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Objects alive now are left out of the cyclic GC until the block ends. vLLM's engine build calls
+    `gc.collect()` several times; with the whole torch/transformers/vLLM heap frozen each pass only walks what
+    the build made (2.7 -> 1.4 s per tiny-model build on 2 cores). Unfrozen after, so nothing leaks. Call it
+    right after a `gc.collect()` (what is garbage then stays uncollected until the block ends)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def on_cpu() -> bool:
     """True when no CUDA device is visible (vLLM then runs its CPU backend)."""
     return not torch.cuda.is_available()
@@ -131,21 +144,22 @@ class VLLMEngine:
         sleep_mode = (
             (not self.cpu) if self.cfg.enable_sleep_mode is None else (self.cfg.enable_sleep_mode and not self.cpu)
         )
-        return LLM(
-            **self._scheduler_kwargs(),
-            model=path,
-            tokenizer=self.model_path,
-            dtype=self.cfg.dtype,
-            max_model_len=self.cfg.max_model_len,
-            enforce_eager=self.cfg.enforce_eager,
-            max_num_seqs=self.cfg.max_num_seqs,
-            seed=self.cfg.seed,
-            gpu_memory_utilization=self.cfg.gpu_memory_utilization,
-            kv_cache_memory_bytes=int(self.cfg.kv_cache_gib * 2**30) if self.cpu else None,
-            enable_sleep_mode=sleep_mode,
-            distributed_executor_backend="uni",
-            worker_extension_cls=WORKER_EXTENSION,
-        )
+        with frozen_heap():
+            return LLM(
+                **self._scheduler_kwargs(),
+                model=path,
+                tokenizer=self.model_path,
+                dtype=self.cfg.dtype,
+                max_model_len=self.cfg.max_model_len,
+                enforce_eager=self.cfg.enforce_eager,
+                max_num_seqs=self.cfg.max_num_seqs,
+                seed=self.cfg.seed,
+                gpu_memory_utilization=self.cfg.gpu_memory_utilization,
+                kv_cache_memory_bytes=int(self.cfg.kv_cache_gib * 2**30) if self.cpu else None,
+                enable_sleep_mode=sleep_mode,
+                distributed_executor_backend="uni",
+                worker_extension_cls=WORKER_EXTENSION,
+            )
 
     def _scheduler_kwargs(self) -> dict:
         """Chunked prefill on or off (off: every prompt fits one scheduler step)."""

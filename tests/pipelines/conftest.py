@@ -67,7 +67,7 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def _stop_tree(pgid: int, grace_s: float = 5.0) -> None:
+def _stop_tree(pgid: int, grace_s: float = 2.0) -> None:
     """SIGTERM our head's processes, then SIGKILL whatever is left after `grace_s`."""
     pids = _session_tree(pgid)
     for sig in (signal.SIGTERM, signal.SIGKILL):

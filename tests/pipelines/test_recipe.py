@@ -86,11 +86,9 @@ def test_recipe_chains_every_stage_reports_and_skips_on_rerun(tiny_qwen2_dir):
         assert set(report["stage_seconds"]) == {
             "synth",
             "sft",
-            "eval_before_rl",
-            "eval_before_rl_shifted",
+            "eval_before_rl",  # test + shifted splits in one eval process
             "rl",
             "eval_after_rl",
-            "eval_after_rl_shifted",
         }
         shifted = json.loads((run_dir / "eval" / "before_rl_shifted.json").read_text())
         assert shifted["split"] == "shifted" and shifted["env_configs"]["tool_use"]["toolsets"] == ["calculator"]
@@ -138,3 +136,38 @@ def test_recipe_model_path_follows_run_dir(tmp_path, path, expected):
         str(REPO / "configs" / "recipe_demo.yaml"), [f"run_dir={run_dir}", f"model.path={path}"], expected_kind="recipe"
     )
     assert Recipe(cfg).model == Path(expected.replace("RUN", run_dir))
+
+
+@pytest.mark.parametrize("shifted_subset", [False, True])
+def test_recipe_evals_share_one_process_when_the_splits_cover_the_same_envs(tmp_path, monkeypatch, shifted_subset):
+    """Test and shifted splits over the same envs: one `k2post eval` (one engine build) writes both reports; a
+    shifted set over fewer envs gets its own process. Reports land at eval/<name>.json and eval/<name>_shifted.json;
+    a rerun with both present runs nothing."""
+    import k2post_pipelines.recipe as recipe_module
+    from k2post.config.registry import load_run_config
+
+    calls = []
+
+    def fake_stage(name, command, logs, timings):
+        calls.append((name, command))
+        splits = [command[i + 1] for i, arg in enumerate(command) if arg == "--split"]
+        out = command[command.index("--out") + 1]
+        for split in splits:
+            Path(out.replace("{split}", split)).parent.mkdir(parents=True, exist_ok=True)
+            Path(out.replace("{split}", split)).write_text(json.dumps({"split": split}))
+
+    monkeypatch.setattr(recipe_module, "run_stage", fake_stage)
+    cfg = load_run_config(str(REPO / "configs" / "recipe_demo.yaml"), [f"run_dir={tmp_path}"], expected_kind="recipe")
+    recipe = recipe_module.Recipe(cfg)
+    if shifted_subset:
+        recipe.shifted_envs = recipe.envs[:1]
+    out = recipe.evals("before_rl", tmp_path / "model", tmp_path / "rl.yaml")
+    assert out == {"test": {"split": "test"}, "shifted": {"split": "shifted"}}
+    assert (tmp_path / "eval" / "before_rl.json").is_file() and (tmp_path / "eval" / "before_rl_shifted.json").is_file()
+    expected = ["eval_before_rl", "eval_before_rl_shifted"] if shifted_subset else ["eval_before_rl"]
+    assert [name for name, _ in calls] == expected
+    last = calls[-1][1]
+    envs = [last[i + 1] for i, arg in enumerate(last) if arg == "--env"]
+    assert envs == (recipe.envs[:1] if shifted_subset else recipe.envs)
+    recipe.evals("before_rl", tmp_path / "model", tmp_path / "rl.yaml")
+    assert len(calls) == len(expected)

@@ -8,6 +8,11 @@ rollout actor's engine), critic_calibration (sources: instruction_following; it 
 fills with judge tasks built from mixed groups). Checked: the run completes; critic metrics are
 logged per iteration (calls = groups x K(K-1), tokens counted, rates in [0, 1]); judge tasks are
 harvested and then rolled out; the critic plots are in the run dir; resume keeps the grown pool.
+
+The resume is a Ray job: `ray job submit --working-dir . -- python -m k2post_pipelines.rl --resume RUN` on a private
+head (fixture `ray_head`, tests/pipelines/conftest.py: its own temp dir and ports, RAY_AUTH_MODE set). The job joins
+that cluster (RAY_ADDRESS; the config's own `ray:` init settings are then unused), places the trainer and rollout
+actors there, and must reach SUCCEEDED with a loadable model in the run dir.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ import itertools
 import json
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
 from proc_helpers import run_bounded
+from ray_jobs import job_status, submit
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -96,7 +103,7 @@ def _config(run_dir: Path, model_dir: Path, ray_tmp: Path) -> dict:
     }
 
 
-def test_rl_with_the_critic_in_the_mix_logs_critic_metrics_and_grows_the_calibration_pool(coin_policy_dir):
+def test_rl_with_the_critic_in_the_mix_logs_critic_metrics_and_grows_the_calibration_pool(coin_policy_dir, ray_head):
     from k2post.rl.metrics import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="k2crit_", dir="/tmp") as tmp:
@@ -107,10 +114,7 @@ def test_rl_with_the_critic_in_the_mix_logs_critic_metrics_and_grows_the_calibra
             [sys.executable, "-m", "k2post.cli", "rl", str(config), "train.stop_at_iteration=2"], timeout=900, cwd=REPO
         )
         assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-        done = run_bounded(
-            [sys.executable, "-m", "k2post.cli", "rl", "--resume", str(work / "run")], timeout=900, cwd=REPO
-        )
-        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        resumed_as_a_job(ray_head, work / "run")
         rows = read_metrics(work / "run" / "metrics.jsonl")[1:]
         judged = [r for r in rows if "critic/calls" in r]
         assert judged, "no self_critique group was judged"
@@ -128,5 +132,25 @@ def test_rl_with_the_critic_in_the_mix_logs_critic_metrics_and_grows_the_calibra
         assert any("reward/critic_calibration" in r for r in rows), "harvested judge tasks were never rolled out"
         plots = {p.name for p in (work / "run" / "plots").glob("*.png")}
         assert {"critic_judging.png", "critic_agreement.png"} <= plots
-        summary = json.loads((work / "run" / "summary.json").read_text())
-        assert summary["completed"]
+
+
+def resumed_as_a_job(ray_head: tuple[str, dict], run_dir: Path) -> None:
+    """`k2post_pipelines.rl --resume run_dir` as a Ray job on the private head: SUCCEEDED, its summary line came
+    back through the job server, and the final model loads and gives finite logits."""
+    import torch
+
+    from k2post.models.loading import load_causal_lm, load_tokenizer
+
+    address, env = ray_head
+    job_id = f"k2post-rl-test-{uuid.uuid4().hex[:8]}"
+    job = submit(address, env, job_id, "python", "-m", "k2post_pipelines.rl", "--resume", str(run_dir), timeout=900)
+    output = job.stdout + job.stderr
+    assert job.returncode == 0, output[-4000:]
+    assert job_status(address, env, job_id) == "SUCCEEDED"
+    assert '"completed": true' in output  # the job's own summary line came back through the job server
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["completed"] and summary["optimizer_steps"] >= 1
+    model = load_causal_lm(run_dir / "final")
+    ids = load_tokenizer(run_dir / "final")("hello", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.isfinite(model(input_ids=ids).logits).all()

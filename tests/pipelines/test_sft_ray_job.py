@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ray_jobs import submit
+
 REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "tests" / "k2post" / "sft"))
 
 pytestmark = pytest.mark.slow
@@ -49,28 +50,9 @@ def test_sft_as_a_ray_job_then_vllm(ray_head, tiny_qwen2_dir):
             )
         )
         t0 = time.monotonic()
-        job = subprocess.run(
-            [
-                str(VENV_BIN / "ray"),
-                "job",
-                "submit",
-                "--address",
-                address,
-                "--working-dir",
-                str(REPO),
-                "--",
-                "python",
-                "-m",
-                "k2post_pipelines.sft",
-                str(config),
-                "train.log_every=1",
-            ],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=420,
-        )
+        job_id = f"k2post-sft-test-{uuid.uuid4().hex[:8]}"
+        sft = ("python", "-m", "k2post_pipelines.sft", str(config), "train.log_every=1")
+        job = submit(address, env, job_id, *sft, timeout=420)
         job_s = time.monotonic() - t0
         output = job.stdout + job.stderr
         assert job.returncode == 0 and "succeeded" in output, output[-4000:]

@@ -13,7 +13,7 @@ import yaml
 
 from k2post.config.loader import ConfigError
 from k2post.evaluation.request import build_eval_config, env_configs_from, resolve_model
-from k2post_pipelines.eval import build_parser, request_from_args
+from k2post_pipelines.eval import build_parser, split_requests
 from proc_helpers import run_bounded
 
 REPO = Path(__file__).resolve().parents[3]
@@ -25,8 +25,13 @@ def _model_dir(path: Path) -> Path:
     return path
 
 
+def _requests(*argv: str):
+    return split_requests(build_parser().parse_args(list(argv)))
+
+
 def _request(*argv: str):
-    return request_from_args(build_parser().parse_args(list(argv)))
+    (request,) = _requests(*argv)
+    return request
 
 
 def test_resolve_model_dir_run_dir_and_checkpoints(tmp_path):
@@ -131,14 +136,16 @@ def test_cli_runs_on_a_run_dir_and_writes_the_report(tiny_qwen2_dir, tmp_path):
             }
         )
     )
-    done = run_bounded(
-        [sys.executable, "-m", "k2post.cli", "eval", str(run), "--n", "4", "--seed", "2"], timeout=600, cwd=REPO
-    )
+    argv = [sys.executable, "-m", "k2post.cli", "eval", str(run), "--n", "4", "--seed", "2"]
+    done = run_bounded([*argv, "--split", "test", "--split", "shifted"], timeout=600, cwd=REPO)  # one engine, 2 reports
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     report = json.loads((run / "eval" / "reasoning_gym+math-n4-s2.json").read_text())
     assert set(report["envs"]) == {"reasoning_gym", "math"} and all(m["n"] == 4 for m in report["envs"].values())
     assert report["env_configs"]["reasoning_gym"]["dataset"] == "chain_sum" and 0.0 <= report["mean_accuracy"] <= 1.0
-    assert "reasoning_gym" in done.stdout and "mean" in done.stdout
+    assert "reasoning_gym" in done.stdout and "mean" in done.stdout and done.stdout.count("report: ") == 2
+    shifted = json.loads((run / "eval" / "reasoning_gym+math-n4-s2-shifted.json").read_text())
+    assert shifted["split"] == "shifted" and all(m["n"] == 4 for m in shifted["envs"].values())
+    assert {s["task"] for s in shifted["samples"]["math"]}.isdisjoint(s["task"] for s in report["samples"]["math"])
 
 
 def test_a_run_config_as_env_config_supplies_budgets_for_a_plain_model(tmp_path):
@@ -173,6 +180,20 @@ def test_split_flag_reaches_the_config_and_the_report_path(tmp_path, argv, split
     model = _model_dir(tmp_path / "m")
     cfg = build_eval_config(_request(str(model), "--env", "math", "--n", "5", "--seed", "7", *argv))
     assert cfg.split == split and cfg.report_path == str(model / "eval" / name)
+
+
+def test_several_splits_get_one_report_each(tmp_path):
+    model = _model_dir(tmp_path / "m")
+    flags = (str(model), "--env", "math", "--n", "5", "--split", "test", "--split", "shifted", "--split", "test")
+    cfgs = [build_eval_config(request) for request in _requests(*flags)]
+    assert [(c.split, Path(c.report_path).name) for c in cfgs] == [
+        ("test", "math-n5-s0.json"),
+        ("shifted", "math-n5-s0-shifted.json"),
+    ]
+    requests = _requests(*flags, "--out", str(tmp_path / "r-{split}.json"))
+    assert [r.out for r in requests] == [str(tmp_path / "r-test.json"), str(tmp_path / "r-shifted.json")]
+    with pytest.raises(ConfigError, match=r"--out .*several --split values \(test, shifted\) put \{split\} in it"):
+        _requests(*flags, "--out", "one.json")
 
 
 def test_unknown_split_flag_is_rejected(capsys):

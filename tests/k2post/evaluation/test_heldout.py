@@ -159,44 +159,80 @@ def test_draw_tasks_defaults_to_the_test_split():
     assert [t.id for t in draw_tasks(env, n=5)] == [t.id for t in draw_tasks(env, "test", 5, 0)]
 
 
-@pytest.mark.parametrize("split", ["test", "dev", "shifted"])
-def test_evaluate_reports_its_split(monkeypatch, split):
+class InProcessPool:
+    """RewardPool stand-in: scores in this process."""
+
+    def __init__(self, **_):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        return False
+
+    def score_batch(self, items):
+        return [EnvEntryConfig(name=i.env, config=i.config).make().score(i.task, i.response) for i in items]
+
+
+@pytest.fixture
+def scripted_engine(monkeypatch):
+    """run_episodes answers every task right (`\\boxed{answer}`), or 0 for episode ids starting with one of
+    `.wrong_prefixes`; `.calls` records (episodes, envs) of each call. Scoring runs in this process."""
     import k2post.envs.workers as workers
     import k2post.evaluation.heldout as heldout
 
-    def episodes(cfg, work):
+    state = SimpleNamespace(calls=[], wrong_prefixes=())
+
+    def episodes(cfg, work, env_configs=None):
+        state.calls.append((len(work), sorted(env_configs or cfg.env_configs())))
         return [
             SimpleNamespace(
                 env_name=name,
                 task=task,
-                messages=[Message(role="assistant", content=f"\\boxed{{{task.answer}}}")],
+                messages=[Message(role="assistant", content=f"\\boxed{{{answer(task, options)}}}")],
                 truncated=False,
                 loss_mask=[1, 1],
                 env_turns=[],
             )
-            for (name, task), _ in work
+            for (name, task), options in work
         ]
 
-    class Pool:
-        def __init__(self, **_):
-            self.envs = {}
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *_):
-            return False
-
-        def score_batch(self, items):
-            return [EnvEntryConfig(name=i.env, config=i.config).make().score(i.task, i.response) for i in items]
+    def answer(task, options):
+        return 0 if options.id.startswith(tuple(state.wrong_prefixes)) else task.answer
 
     monkeypatch.setattr(heldout, "run_episodes", episodes)
-    monkeypatch.setattr(workers, "RewardPool", Pool)
+    monkeypatch.setattr(workers, "RewardPool", InProcessPool)
+    return state
+
+
+@pytest.mark.parametrize("split", ["test", "dev", "shifted"])
+def test_evaluate_reports_its_split(scripted_engine, split):
+    import k2post.evaluation.heldout as heldout
+
     report = heldout.evaluate(
         EvalConfig(envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=4, split=split)
     )
     assert report["split"] == split and report["envs"]["math"]["n"] == 4 and report["envs"]["math"]["accuracy"] == 1.0
     assert len(report["samples"]["math"]) == 3 and report["samples"]["math"][0]["reward"] == 1.0
+
+
+def test_evaluate_splits_runs_every_split_on_one_engine(scripted_engine):
+    """Several configs: one run_episodes call (one engine build) over all of them, one report each."""
+    import k2post.evaluation.heldout as heldout
+
+    scripted_engine.wrong_prefixes = ("eval-shifted/",)
+    math = EnvEntryConfig(name="math", config={"difficulty": 1})
+    gym = EnvEntryConfig(name="reasoning_gym", config=DEMO_ENVS["reasoning_gym"])
+    cfgs = [EvalConfig(envs=[math, gym], n=3, split="test"), EvalConfig(envs=[math], n=2, split="shifted")]
+    test, shifted = heldout.evaluate_splits(cfgs)
+    assert scripted_engine.calls == [(8, ["math", "reasoning_gym"])]
+    assert test["split"] == "test" and test["envs"]["math"]["n"] == 3 and test["envs"]["reasoning_gym"]["n"] == 3
+    assert shifted["split"] == "shifted" and set(shifted["envs"]) == {"math"} and shifted["envs"]["math"]["n"] == 2
+    assert test["envs"]["math"]["accuracy"] == 1.0 and shifted["envs"]["math"]["accuracy"] == 0.0  # not mixed up
+    assert [s["task"] for s in shifted["samples"]["math"]] == [t.id for t in draw_tasks(math.make(), "shifted", 2, 0)]
+    with pytest.raises(ValueError, match="temperature differs between the test and shifted evals"):
+        heldout.evaluate_splits([cfgs[0], cfgs[1].model_copy(update={"temperature": 0.5})])
 
 
 def test_episode_samples_show_the_first_transcripts_of_each_env_without_the_system_prompt():
