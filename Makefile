@@ -40,8 +40,10 @@ format: setup
 bytecode:
 	$(PY) -m compileall -q -j 0 k2post pipelines environments rubrics checkpoint_engine benchmarks tests > /dev/null
 
+# Two pytest lanes side by side (unit tests | end-to-end tests), one per core: .ci/pytest_lanes.py.
+# K2POST_TEST_LANES=1 runs one plain pytest instead; PYTEST_ARGS naming tests/... runs just those.
 test: setup lint bytecode
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) .ci/pytest_lanes.py $(PYTEST_ARGS)
 
 test-fast: setup bytecode
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
