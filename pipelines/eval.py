@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=1, help="episodes per task; >1 needs --temperature > 0 (avg@k)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument(
+        "--max-reward-error-fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        help="fail when more than this share of a split's rewards are scorer errors (default 0.5; 1: never)",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="report path (default <run or model dir>/eval/<envs>-n<N>-s<S>.json); with several --split values it "
@@ -74,6 +81,7 @@ def request_from_args(args: argparse.Namespace, **changes):
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
         "out": getattr(args, "out", None),
+        "max_reward_error_fraction": getattr(args, "max_reward_error_fraction", None),
     }
     return EvalRequest(**{**flags, **changes})
 
@@ -100,12 +108,19 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from k2post.evaluation.heldout import evaluate_splits, report_table
+    from k2post.evaluation.heldout import check_report_errors, evaluate_splits, report_table
 
     console = Console(width=120)
-    for cfg, report in zip(cfgs, evaluate_splits(cfgs)):
+    reports = evaluate_splits(cfgs)
+    for cfg, report in zip(cfgs, reports):
         console.print(report_table(report))
+        for name, texts in report["reward_error_samples"].items():
+            console.print(f"[red]reward errors[/] in {name} ({report['envs'][name]['reward_errors']}), first:")
+            for text in texts:
+                console.print(f"  {text}", markup=False, highlight=False)
         console.print(f"report: {cfg.report_path}")
+    for cfg, report in zip(cfgs, reports):
+        check_report_errors(report, cfg.max_reward_error_fraction)
     return 0
 
 

@@ -129,8 +129,9 @@ def _parse_line(text: str, where: str, number: int) -> GoldenCase:
     return case
 
 
-def load_golden(path: str | Path) -> list[GoldenCase]:
-    """Parse a golden JSONL file; errors read `file:line: field: problem`."""
+def load_golden(path: str | Path, reward_range: tuple[float, float] | None = None) -> list[GoldenCase]:
+    """Parse a golden JSONL file; errors read `file:line: field: problem`. With the env's `reward_range`, an
+    `expected` outside it is an error too (no scorer may return it: out-of-range rewards are scoring errors)."""
     path = Path(path)
     if not path.is_file():
         raise GoldenFileError(f"{path}: golden file not found")
@@ -143,6 +144,11 @@ def load_golden(path: str | Path) -> list[GoldenCase]:
         if case.id in seen:
             raise GoldenFileError(f"{path}:{number}: id: duplicate id {case.id!r} (first on line {seen[case.id]})")
         seen[case.id] = number
+        if reward_range is not None and not reward_range[0] <= case.expected <= reward_range[1]:
+            raise GoldenFileError(
+                f"{path}:{number}: expected: {case.expected:g} is outside the env's reward_range "
+                f"[{reward_range[0]:g}, {reward_range[1]:g}]"
+            )
         cases.append(case)
     if not cases:
         raise GoldenFileError(f"{path}: no cases")
@@ -207,8 +213,8 @@ def run_golden(
     env_name: str, path: str | Path | None = None, isolated: bool = False, pool: RewardPool | None = None
 ) -> list[CaseResult]:
     """Run every case of a golden file (default: the env's own); `isolated` scores via a RewardPool."""
-    get_environment(env_name)  # unknown name → EnvironmentRegistryError before reading any file
-    cases = load_golden(path if path is not None else default_golden_path(env_name))
+    cls = get_environment(env_name)  # unknown name → EnvironmentRegistryError before reading any file
+    cases = load_golden(path if path is not None else default_golden_path(env_name), tuple(cls.reward_range))
     if not (isolated or pool):
         scorer = DirectScorer()
         return [check_case(env_name, case, scorer) for case in cases]

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from k2post.envs.golden import GoldenCase, check_case, default_golden_path, load_golden
+from k2post.envs.registry import get_environment
 from k2post.envs.workers import DirectScorer
 
 _SCORER = DirectScorer()
@@ -47,7 +48,8 @@ class GoldenParam:
 def golden_params(env_name: str, path: str | Path | None = None) -> list:
     """`pytest.param`s (id = case id) for every case of the golden file; load errors raise."""
     golden = Path(path) if path is not None else default_golden_path(env_name)
-    return [pytest.param(GoldenParam(env_name, golden, case), id=case.id) for case in load_golden(golden)]
+    cases = load_golden(golden, tuple(get_environment(env_name).reward_range))
+    return [pytest.param(GoldenParam(env_name, golden, case), id=case.id) for case in cases]
 
 
 def assert_golden(param: GoldenParam) -> None:

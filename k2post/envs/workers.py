@@ -12,7 +12,8 @@ process group) is killed and replaced. The run never crashes on a bad response.
 
 Multi-turn episodes are scored with `ScoreItem(env, task, turns=[assistant dicts])` (replayed
 through reset/step, then score_state) or `ScoreItem(env, task, state=final_state)` (the state
-must pickle). `DirectScorer` has the same interface in-process (no isolation, no timeout).
+must pickle). `DirectScorer` has the same interface in-process (no isolation, no timeout). A reward outside the env's
+`reward_range` (or not finite) is an error too: value = the range's minimum, the error text says why.
 Throughput: `python benchmarks/reward_throughput.py`.
 
 Environments are found in a worker by registry name; one registered outside the built-ins
@@ -144,24 +145,29 @@ def replay_turns(env: Environment, task: Task, turns: Sequence[dict[str, Any] | 
     return env.score_state(task, state)
 
 
-def check_reward(reward: Any) -> Reward:
-    """`reward` if it is a Reward with a finite value; TypeError/ValueError otherwise."""
+def check_reward(reward: Any, reward_range: tuple[float, float] | None = None) -> Reward:
+    """`reward` if it is a Reward with a finite value inside `reward_range` (when given); TypeError/ValueError
+    otherwise (the caller records it as an error reward at the range's minimum)."""
     if not isinstance(reward, Reward):
         raise TypeError(f"scorer returned {type(reward).__name__}, expected Reward")
     if not math.isfinite(reward.value):
         raise ValueError(f"scorer returned a non-finite reward {reward.value!r}")
+    if reward_range is not None and not reward_range[0] <= reward.value <= reward_range[1]:
+        low, high = reward_range
+        raise ValueError(f"scorer returned {reward.value!r}, outside the env's reward_range [{low:g}, {high:g}]")
     return reward
 
 
 def score_item(env: Environment, item: ScoreItem) -> Reward:
     """Score one item with `env` (may raise; callers turn that into an error reward)."""
+    bounds = tuple(env.reward_range)
     if item.turns is not None:
-        return check_reward(replay_turns(env, item.task, item.turns))
+        return check_reward(replay_turns(env, item.task, item.turns), bounds)
     if item.response is not None:
-        return check_reward(env.score(item.task, item.response))
+        return check_reward(env.score(item.task, item.response), bounds)
     if not isinstance(env, MultiTurnEnvironment):
         raise TypeError(f"environment {env.name!r} is single-turn: give a response, not a state")
-    return check_reward(env.score_state(item.task, item.state))
+    return check_reward(env.score_state(item.task, item.state), bounds)
 
 
 def _import_hint(hint: EnvHint) -> None:

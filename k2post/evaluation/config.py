@@ -54,6 +54,13 @@ class EvalConfig(K2Config):
     reward_timeout_s: float = Field(
         10.0, gt=0, description="Per-episode scoring timeout (a hang scores the env's minimum)."
     )
+    max_reward_error_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Fail (after writing the report) when more than this share of the rewards are errors: a "
+        "scorer that raises, times out or leaves reward_range (1.0: never).",
+    )
     report_path: str | None = Field(None, description="Where the JSON report goes (null: not written).")
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from k2post.envs.base import Environment, Task
+from k2post.envs.reward_errors import RewardErrorsExceeded, error_samples, error_share_problem
 from k2post.evaluation.config import EvalConfig
 from k2post.rl.config import BudgetConfig
 from k2post.rollout.agentic import EpisodeOptions
@@ -206,11 +207,22 @@ def build_report(cfg: EvalConfig, episodes: Sequence[Any], rewards: Sequence[Any
         "envs": per_env,
         "env_configs": cfg.env_configs(),
         "samples": episode_samples(episodes, rewards),
+        "reward_error_samples": error_samples([e.env_name for e in episodes], [r.error for r in rewards]),
         "wall_s": round(wall_s, 2),
     }
     if cfg.report_path:
         write_report(Path(cfg.report_path), report)
     return report
+
+
+def check_report_errors(report: dict[str, Any], limit: float, field: str = "--max-reward-error-fraction") -> None:
+    """RewardErrorsExceeded when more than `limit` of the report's rewards failed; names the first env's error."""
+    failed = sum(m["reward_errors"] for m in report["envs"].values())
+    total = sum(m["n"] for m in report["envs"].values())
+    first = next((f"{name}: {texts[0]}" for name, texts in report["reward_error_samples"].items()), "")
+    problem = error_share_problem(f"{report['split']} split", failed, total, limit, field, first)
+    if problem:
+        raise RewardErrorsExceeded(problem)
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ class EvalRequest:
     temperature: float = 0.0
     max_tokens: int | None = None
     out: str | None = None
+    max_reward_error_fraction: float | None = None
 
 
 def resolve_model(target: str) -> tuple[Path, Path | None]:
@@ -139,6 +140,8 @@ def build_eval_config(request: EvalRequest):
         "budget": budget,
         "report_path": request.out or str(default_out),
     }
+    if request.max_reward_error_fraction is not None:
+        raw["max_reward_error_fraction"] = request.max_reward_error_fraction
     if "agentic" in settings:
         raw["agentic"] = settings["agentic"]
     return validate_config(EvalConfig, raw, "command line")

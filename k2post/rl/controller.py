@@ -31,6 +31,7 @@ from typing import Any
 
 from k2post.config.loader import dump_yaml
 from k2post.envs.base import Task
+from k2post.envs.reward_errors import check_error_fraction, describe_errors
 from k2post.evaluation.heldout import eval_work, final_text, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
 from k2post.rl.actors import RayCluster, Work
@@ -230,6 +231,15 @@ class RLRun:
         samples += [to_sample(e, r) for g, group_rewards in rewards.items() for e, r in zip(complete[g], group_rewards)]
         return samples, metrics
 
+    def speak_up(self, samples: list[rb.Sample], iteration: int) -> None:
+        """Log the first reward error texts of each env; stop the run (one line) when their share passes
+        reward.max_reward_error_fraction."""
+        names, errors = [s.env_name for s in samples], [s.reward_error for s in samples]
+        for line in describe_errors(names, errors):
+            log.warning("iteration %d reward errors: %s", iteration + 1, line)
+        where, field = f"iteration {iteration + 1}", "reward.max_reward_error_fraction"
+        check_error_fraction(names, errors, self.cfg.reward.max_reward_error_fraction, where, field)
+
     def rewards(self, episodes: list[Any]) -> list[Any]:
         """One Reward per episode, computed in the RewardPool's worker processes."""
         items = score_items(episodes, self.envs, self.cfg.env_configs())
@@ -387,6 +397,7 @@ class RLRun:
             episodes = self.roll_out(iteration)
         with timer("reward"):
             samples, critic_metrics = self.score(episodes)
+            self.speak_up(samples, iteration)
             row["rollout/groups_completed"] = self.file_samples(samples)
         row.update(critic_metrics | self.prompts.metrics() | self.rollout_metrics(samples))
         if self.cfg.loss.drop_uniform_groups:

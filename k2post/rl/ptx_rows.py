@@ -38,10 +38,7 @@ def select_ptx_rows(examples: Sequence[E], row_domains: Sequence[str], domains: 
 
 
 def ptx_row_domains(path: str, rows: int) -> list[str]:
-    """The `domain` of each of the first `rows` rows of the HF dataset at `path` ("" where it has no such column)."""
-    from k2post.sft.data import open_dataset
+    """The `domain` of each of the first `rows` rows of the dataset at `path` ("" where it has none)."""
+    from k2post.sft.sources import open_dataset
 
-    dataset = open_dataset(path, rows)
-    if "domain" not in dataset.column_names:
-        return [""] * len(dataset)
-    return [str(value or "") for value in dataset["domain"]]
+    return [str(row.get("domain") or "") for row in open_dataset(path, rows)]

@@ -173,6 +173,14 @@ class RLRewardConfig(K2Config):
     success_threshold: float = Field(
         0.5, description="A reward at or above this counts as a success (accuracy, prioritized sampling)."
     )
+    max_reward_error_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Stop the run with one line when more than this share of an iteration's rewards are scorer "
+        "errors (raised, timed out, outside reward_range); every iteration with errors logs the first texts "
+        "(1.0: never stop).",
+    )
 
 
 class RLCriticConfig(K2Config):

@@ -33,6 +33,7 @@ from k2post.chat.parse import ToolCallParseError
 from k2post.chat.template import render_continuation_ids, render_ids
 from k2post.chat.types import Message, ToolSpec, format_call_id
 from k2post.envs.base import Environment, MultiTurnEnvironment, Reward, Task
+from k2post.envs.workers import check_reward, error_text
 from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
 from k2post.rollout.engine import Generation, RolloutEngine, parse_generation, turn_stop_ids, with_turn_stops
 
@@ -366,14 +367,15 @@ class AgenticRollout:
 
 
 def score_episode(env: Environment, episode: Episode) -> Reward:
-    """The episode's reward; a scorer that raises gives the env's minimum reward with the error."""
+    """The episode's reward; a scorer that raises, or returns a value outside the env's reward_range, gives the
+    env's minimum reward with the error."""
     try:
         if isinstance(env, MultiTurnEnvironment):
-            return env.score_state(episode.task, episode.state)
+            return check_reward(env.score_state(episode.task, episode.state), tuple(env.reward_range))
         final = episode.messages[-1].content if episode.messages and episode.messages[-1].role == "assistant" else ""
-        return env.score(episode.task, final)
+        return check_reward(env.score(episode.task, final), tuple(env.reward_range))
     except Exception as err:
-        return Reward(value=env.reward_range[0], error=f"{type(err).__name__}: {err}")
+        return Reward(value=env.reward_range[0], error=error_text(err))
 
 
 def episode_tool_stats(episode: Episode) -> dict[str, int]:

@@ -23,8 +23,13 @@ class SFTDataConfig(K2Config):
 
     path: str = Field(
         "runs/synth_tool_use/dataset",
-        description="Directory of an HF dataset written with `save_to_disk` (columns id, messages, tools, ...; "
-        "what `k2post synth` writes).",
+        description="An HF dataset dir written with `save_to_disk` (what `k2post synth` writes), a JSONL file, or a "
+        "dir of JSONL files; rows in k2post's columns or the OpenAI/TRL conversational format (docs/SFT.md).",
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="The dataset's names for k2post's columns (id, messages, tools, domain, metadata, verdict), e.g. "
+        "{messages: conversations}; unmapped ones keep their names. Rows without an id get one from their content.",
     )
     max_seq_len: int = Field(
         2048,
@@ -54,9 +59,10 @@ class SFTDataConfig(K2Config):
         0.5, ge=0, le=1, description="With bad_rows: skip, fail anyway when more than this share of the rows is bad."
     )
     tool_call_ids: Literal["require_k2", "renumber"] = Field(
-        "require_k2",
-        description="Tool call ids must read functions.NAME:IDX with IDX counting calls from 0 (require_k2: else a bad "
-        "row), or are rewritten to that form (renumber).",
+        "renumber",
+        description="Tool call ids are rewritten to K2's functions.NAME:IDX (IDX counting calls from 0), tool results "
+        "re-pointed at them (renumber: OpenAI-style ids like call_abc123 work), or must already read so "
+        "(require_k2: else a bad row).",
     )
     limit: int | None = Field(None, gt=0, description="Read only the first N rows (null: all).")
 

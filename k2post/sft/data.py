@@ -1,13 +1,13 @@
 """Chat rows -> training examples: load the dataset, check each row, render it, split it.
 
-The input is an HF dataset saved with `save_to_disk` (what `k2post synth` writes), one row per
-dialogue, columns (JSON columns hold JSON text):
+The input is an HF dataset saved with `save_to_disk` (what `k2post synth` writes) or JSONL files, one row
+per dialogue (k2post/sft/sources.py reads them; `data.columns` maps other column names to these):
 
-    id        str   unique row id (also picks the held-out split, by hash)
-    messages  JSON  list of OpenAI-style chat dicts: role system|user|assistant|tool, content,
+    id        str   unique row id (also picks the held-out split, by hash); derived from the content if absent
+    messages  list  OpenAI/TRL-style chat dicts, or JSON text of them: role system|user|assistant|tool, content,
                     optional tool_calls [{id, type: function, function: {name, arguments}}],
                     tool_call_id (tool messages), reasoning_content (assistant thinking)
-    tools     JSON  list of OpenAI tool entries {type: function, function: {name, description, parameters}}
+    tools     list  OpenAI tool entries {type: function, function: {name, description, parameters}} (or JSON text)
     metadata, domain, verdict   carried through; `domain` is counted in the report
 
 Each row is rendered with the K2 template (`k2post.chat.template.render_ids`): the loss mask is
@@ -28,7 +28,6 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -38,15 +37,12 @@ from k2post.chat.types import Message, ToolSpec, dialogue_from_openai
 from k2post.envs.splits import hash_bucket
 from k2post.sft.config import SFTDataConfig
 from k2post.sft.packing import Example
+from k2post.sft.sources import PROBLEM_KEY, SFTDataError, open_dataset
 
 logger = logging.getLogger(__name__)
 
-REQUIRED_COLUMNS = ("id", "messages")
+__all__ = ["BadRowError", "SFTData", "SFTDataError", "load_sft_data", "open_dataset", "row_example"]
 MAX_LISTED_BAD_ROWS = 1000  # data_report.json lists at most this many (all are counted)
-
-
-class SFTDataError(ValueError):
-    """The dataset as a whole cannot be used (not a dataset, missing column, too many bad rows, empty split)."""
 
 
 class BadRowError(SFTDataError):
@@ -126,12 +122,14 @@ def _failing_message(messages: list[dict[str, Any]]) -> int:
 
 
 def _json_list(row: dict[str, Any], column: str) -> list[Any]:
-    """The JSON list in `row[column]` (an absent/None tools column is an empty list)."""
+    """The list in `row[column]`: a list of dicts, or JSON text of one (an absent/None tools column is [])."""
     raw = row.get(column)
     if raw is None and column == "tools":
         return []
+    if isinstance(raw, list):
+        return raw
     if not isinstance(raw, str):
-        raise RowError(f"{column}: expected JSON text, got {type(raw).__name__}")
+        raise RowError(f"{column}: expected a list of dicts or JSON text of one, got {type(raw).__name__}")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as err:
@@ -240,28 +238,11 @@ class SFTData:
 # --------------------------------------------------------------------------- loading
 
 
-def open_dataset(path: str | Path, limit: int | None = None) -> Any:
-    """The HF dataset saved at `path` (first `limit` rows); SFTDataError when it is not one."""
-    from datasets import Dataset, load_from_disk
-
-    if not Path(path).is_dir():
-        raise SFTDataError(
-            f"data.path {str(path)!r} is not a directory (expected an HF dataset saved with save_to_disk)"
-        )
-    try:
-        dataset = load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as err:
-        raise SFTDataError(f"data.path {str(path)!r}: not an HF dataset saved with save_to_disk ({err})") from None
-    if not isinstance(dataset, Dataset):
-        raise SFTDataError(f"data.path {str(path)!r} holds splits {list(dataset)}: point it at one split's directory")
-    missing = [column for column in REQUIRED_COLUMNS if column not in dataset.column_names]
-    if missing:
-        raise SFTDataError(f"data.path {str(path)!r}: missing column(s) {missing} (has {dataset.column_names})")
-    return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
-
-
 def _row_id(row: dict[str, Any], seen: dict[str, int]) -> str:
-    """The row's id, checked: a non-empty string not used by an earlier row."""
+    """The row's id, checked: a non-empty string not used by an earlier row (a row that could not be read at all
+    fails here with its reason)."""
+    if PROBLEM_KEY in row:
+        raise RowError(row[PROBLEM_KEY])
     row_id = row.get("id")
     if not isinstance(row_id, str) or not row_id:
         raise RowError(f"id: expected a non-empty string, got {row_id!r}")
@@ -294,7 +275,7 @@ def _reject(report: DataReport, bad: BadRow, cfg: SFTDataConfig) -> None:
 def load_sft_data(cfg: SFTDataConfig, tokenizer: Any) -> SFTData:
     """Read, check, render and split every row of the dataset at `cfg.path`."""
     special_token_ids(tokenizer)  # a tokenizer without the K2 tokens fails here, not on every row
-    dataset = open_dataset(cfg.path, cfg.limit)
+    dataset = open_dataset(cfg.path, cfg.limit, cfg.columns)
     report = DataReport(path=str(cfg.path), rows=len(dataset))
     data, seen = SFTData([], [], report), {}
     for index, row in enumerate(dataset):

@@ -135,7 +135,8 @@ class FaultyConfig(EnvConfig):
 @register_environment
 class ToyFaulty(Environment):
     """Misbehaves as the response says: raise, hang, exit, sysexit, nan, notreward, unpicklable,
-    child:<pidfile> (start a sleeping child, write its pid, hang); anything else scores 1."""
+    child:<pidfile> (start a sleeping child, write its pid, hang), value:<float> (that reward, in range or not);
+    anything else scores 1."""
 
     name = "toy_faulty"
     task_type = "toy"
@@ -164,6 +165,8 @@ class ToyFaulty(Environment):
             return 1.0  # type: ignore[return-value]
         if response == "unpicklable":
             return Reward(value=1.0, info={"fn": lambda: None})
+        if response.startswith("value:"):
+            return Reward(value=float(response[len("value:") :]))
         if response.startswith("child:"):
             child = subprocess.Popen(["sleep", "300"])
             with open(response[len("child:") :], "w") as handle:

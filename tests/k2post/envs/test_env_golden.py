@@ -94,6 +94,18 @@ def test_load_errors_name_file_line_and_field(tmp_path, lines, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("expected, ok", [(2.0, False), (-0.1, False), (1.0, True), (0.0, True)])
+def test_expected_outside_the_reward_range_is_rejected_at_load(tmp_path, expected, ok):
+    path = _write(tmp_path, {"id": "a", "task": TASK, "response": "a", "expected": expected})
+    assert load_golden(path)  # without a range: any float
+    if ok:
+        assert run_golden("toy_echo", path)[0].expected == expected
+        return
+    with pytest.raises(GoldenFileError) as err:
+        run_golden("toy_echo", path)
+    assert str(err.value) == f"{path}:1: expected: {expected:g} is outside the env's reward_range [0, 1]"
+
+
 def test_missing_file_and_unknown_env(tmp_path):
     with pytest.raises(GoldenFileError, match="golden file not found"):
         load_golden(tmp_path / "nope.jsonl")

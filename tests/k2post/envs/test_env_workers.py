@@ -43,6 +43,8 @@ def test_batch_keeps_order_and_scores(pool):
         ("notreward", "TypeError: scorer returned float, expected Reward"),
         ("unpicklable", "reward does not pickle: "),
         ("exit", "reward worker died (exit code 3)"),
+        ("value:2.0", "ValueError: scorer returned 2.0, outside the env's reward_range [0, 1]"),
+        ("value:-0.5", "ValueError: scorer returned -0.5, outside the env's reward_range [0, 1]"),
     ],
 )
 def test_failures_become_error_rewards(pool, response, error):
@@ -50,6 +52,22 @@ def test_failures_become_error_rewards(pool, response, error):
     reward, after = pool.score_batch([("toy_faulty", {}, task, response), ("toy_faulty", {}, task, "fine")])
     assert reward.value == 0.0 and reward.error.startswith(error)
     assert after.value == 1.0 and after.error is None
+
+
+@pytest.mark.parametrize(
+    "response, value, error",
+    [
+        ("value:2.0", 0.0, "ValueError: scorer returned 2.0, outside the env's reward_range [0, 1]"),
+        ("value:1.0", 1.0, None),
+        ("value:0.0", 0.0, None),
+        ("raise", 0.0, "ValueError: bad response"),
+    ],
+)
+def test_direct_scorer_clips_out_of_range_rewards_to_an_error(response, value, error):
+    scorer = DirectScorer()
+    (reward,) = scorer.score_batch([("toy_faulty", {}, _task("toy_faulty"), response)])
+    assert (reward.value, reward.error) == (value, error)
+    assert scorer.stats.errors == (error is not None)
 
 
 def test_hang_times_out_kills_and_replaces_worker(pool):

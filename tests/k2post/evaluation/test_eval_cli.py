@@ -200,3 +200,38 @@ def test_unknown_split_flag_is_rejected(capsys):
     with pytest.raises(SystemExit):
         _request("m", "--split", "holdout")
     assert "invalid choice: 'holdout'" in capsys.readouterr().err
+
+
+def test_cli_prints_reward_error_texts_then_fails_past_the_limit(tmp_path, monkeypatch, capsys):
+    """`k2post eval` (in process, engine replaced by a fixed report): the error texts are on the console, the
+    report is written, and a share above --max-reward-error-fraction is one line and exit status 2."""
+    import k2post.evaluation.heldout as heldout
+    from k2post_pipelines.eval import main
+
+    model = _model_dir(tmp_path / "m")
+
+    def reports(cfgs):
+        report = {
+            "model": str(model),
+            "split": "test",
+            "seed": 0,
+            "mean_accuracy": 0.0,
+            "envs": {
+                "math": dict.fromkeys(("accuracy", "mean_reward", "truncation_rate", "response_tokens_mean"), 0.0)
+            },
+            "reward_error_samples": {"math": ["RuntimeError: scorer broke", "KeyError: 'x'"]},
+        }
+        report["envs"]["math"].update(n=4, reward_errors=3)
+        heldout.write_report(Path(cfgs[0].report_path), report)
+        return [report]
+
+    monkeypatch.setattr(heldout, "evaluate_splits", reports)
+    assert main([str(model), "--env", "math", "--n", "4", "--max-reward-error-fraction", "0.8"]) == 0
+    out = capsys.readouterr().out
+    assert "reward errors in math (3), first:" in out and "RuntimeError: scorer broke" in out and "KeyError" in out
+    assert main([str(model), "--env", "math", "--n", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("k2post eval: error: test split: 3 of 4 rewards failed (75% > --max-reward-error-fraction")
+    assert len(err.splitlines()) == 1 and (model / "eval" / "math-n4-s0.json").is_file()
+    assert main([str(model), "--env", "math", "--max-reward-error-fraction", "2"]) == 2
+    assert "max_reward_error_fraction" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import yaml
 
 from k2post.chat.types import Message
 from k2post.envs.base import Reward
+from k2post.envs.reward_errors import RewardErrorsExceeded
 from k2post.envs.mix import EnvEntryConfig
 from k2post.evaluation.config import EvalConfig
 from k2post.rollout.agentic import EpisodeOptions
@@ -258,3 +259,20 @@ def test_eval_config_split_defaults_to_test_and_rejects_unknown_ones():
     assert EvalConfig().split == "test" and EvalConfig(split="shifted").split == "shifted"
     with pytest.raises(ValueError, match="split"):
         EvalConfig(split="holdout")
+
+
+def test_reports_carry_the_first_error_texts_and_fail_past_the_limit(scripted_engine, monkeypatch):
+    import k2post.evaluation.heldout as heldout
+
+    def failing(self, items):
+        return [Reward(value=0.0, error=f"ValueError: bad {i % 2}") for i, _ in enumerate(items)]
+
+    monkeypatch.setattr(InProcessPool, "score_batch", failing)
+    report = heldout.evaluate(EvalConfig(envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=4))
+    assert report["reward_error_samples"] == {"math": ["ValueError: bad 0", "ValueError: bad 1"]}
+    assert report["envs"]["math"]["reward_errors"] == 4
+    with pytest.raises(RewardErrorsExceeded) as raised:
+        heldout.check_report_errors(report, 0.5)
+    assert str(raised.value).startswith("test split: 4 of 4 rewards failed (100% > --max-reward-error-fraction 0.5)")
+    assert "first: math: ValueError: bad 0" in str(raised.value)
+    heldout.check_report_errors(report, 1.0)

@@ -138,3 +138,32 @@ def test_past_the_restart_limit_the_run_fails_and_still_closes(tmp_path):
     with pytest.raises(ActorRestartLimitError, match="ray.actor_restarts=0"):
         RLRun(cfg, cluster).run()
     assert cluster.calls[-2:] == [("kill_trainers", None), ("kill_rollouts", None)]
+
+
+def test_reward_errors_are_logged_and_stop_the_run_past_the_limit(tmp_path, monkeypatch, caplog):
+    """Every iteration with scorer errors logs each env's count and first text; a share above
+    reward.max_reward_error_fraction stops the run with one line (the CLI prints it as `k2post rl: error: ...`)."""
+    import logging
+
+    from k2post.envs.reward_errors import RewardErrorsExceeded
+
+    scored = RLRun.rewards
+
+    def a_quarter_broken(self, episodes):
+        rewards = scored(self, episodes)
+        broken = {"value": 0.0, "error": "RuntimeError: scorer broke"}
+        return [r.model_copy(update=broken) if i % 4 == 0 else r for i, r in enumerate(rewards)]
+
+    monkeypatch.setattr(RLRun, "rewards", a_quarter_broken)
+    short = {"iterations": 1, "eval_every": 0}
+    with caplog.at_level(logging.WARNING, logger="k2post.rl.controller"):
+        summary, _ = _run(_config(tmp_path / "a", train=short))
+    assert summary["completed"]
+    assert "iteration 1 reward errors: math: 4 of 16 rewards failed; first: RuntimeError: scorer broke" in caplog.text
+    strict = _config(tmp_path / "b", train=short, reward={"max_reward_error_fraction": 0.2})
+    with pytest.raises(RewardErrorsExceeded) as raised:
+        _run(strict)
+    assert str(raised.value).startswith(
+        "iteration 1: 4 of 16 rewards failed (25% > reward.max_reward_error_fraction 0.2)"
+    )
+    assert not (tmp_path / "b" / "run" / "final").exists()

@@ -233,6 +233,25 @@ def test_score_episode_turns_scorer_crash_into_floor_reward(bank_env, bank_tasks
     assert isinstance(reward, Reward) and reward.value == 0.0 and reward.error
 
 
+@pytest.mark.parametrize("value, error", [(2.0, "outside the env's reward_range [0, 1]"), (1.0, None)])
+def test_score_episode_turns_an_out_of_range_reward_into_an_error(bank_tasks, value, error):
+    """The rollout's in-actor scoring checks the range like the reward workers do."""
+    from k2post.rollout.agentic import Episode
+
+    class Fixed:  # a single-turn env whose scorer returns `value`
+        reward_range = (0.0, 1.0)
+
+        def score(self, task, response):
+            return Reward(value=value)
+
+    episode = Episode(
+        id="x", env_name="fixed", task=bank_tasks[0], state=None, tools=[], messages=[], token_ids=[], prompt_len=0
+    )
+    reward = score_episode(Fixed(), episode)
+    assert reward.value == (0.0 if error else value)
+    assert (reward.error is None) if error is None else (error in reward.error)
+
+
 @pytest.mark.slow
 def test_single_turn_environment_takes_one_turn(engine):
     from k2post.envs.registry import make_environment

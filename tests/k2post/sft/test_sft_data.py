@@ -128,16 +128,6 @@ BAD_ROWS = [
         _with("orphan-result", messages=_messages(lambda m: m[2].update(tool_call_id="functions.get_weather:7"))),
         "template: message 2: tool result for 'functions.get_weather:7' answers no earlier tool call",
     ),
-    (
-        _with(
-            "non-k2-id",
-            messages=_messages(
-                lambda m: (m[1]["tool_calls"][0].update(id="call_1"), m[2].update(tool_call_id="call_1"))
-            ),
-        ),
-        "template: message 1: tool call id 'call_1' should be 'functions.get_weather:0' "
-        "(set data.tool_call_ids: renumber",
-    ),
     (_with("no-assistant", messages=json.dumps([{"role": "user", "content": "hi"}])), "no assistant tokens"),
     (
         _with("too-long", messages=_messages(lambda m: m[0].update(content="word " * 600))),
@@ -149,8 +139,11 @@ BAD_ROWS = [
         "tools[0].function.name: Field required",
     ),
     (_with("ok"), "duplicate id (first used by row 0)"),
-    (_with(""), "id: expected a non-empty string, got ''"),
 ]
+NON_K2_IDS = _with(
+    "non-k2-id",
+    messages=_messages(lambda m: (m[1]["tool_calls"][0].update(id="call_1"), m[2].update(tool_call_id="call_1"))),
+)
 
 
 @pytest.fixture
@@ -180,20 +173,25 @@ def test_bad_row_is_fatal_in_error_mode(tmp_path, sft_tokenizer, index):
     assert message.startswith(f"row 1 (id {row['id']}): ") and reason in message and "bad_rows: error" in message
 
 
-def test_renumber_mode_fixes_call_ids(tmp_path, sft_tokenizer):
-    row, _ = next(item for item in BAD_ROWS if item[0]["id"] == "non-k2-id")
-    data = load_sft_data(_config(write_dataset([row], tmp_path / "ds"), tool_call_ids="renumber"), sft_tokenizer)
+def test_call_ids_are_renumbered_by_default_or_required_in_k2_form(tmp_path, sft_tokenizer):
+    path = write_dataset([NON_K2_IDS, _good("ok")], tmp_path / "ds")
+    data = load_sft_data(_config(path), sft_tokenizer)
     text = sft_tokenizer.decode(data.train[0].input_ids)
-    assert "functions.get_weather:0" in text and "call_1" not in text
+    assert "functions.get_weather:0" in text and "call_1" not in text and len(data.train) == 2
+    data = load_sft_data(_config(path, tool_call_ids="require_k2", max_bad_fraction=1.0), sft_tokenizer)
+    assert data.report.to_json()["bad_rows"] == [
+        "row 0 (id non-k2-id): template: message 1: tool call id 'call_1' should be 'functions.get_weather:0' "
+        "(set data.tool_call_ids: renumber to rewrite ids)"
+    ]
 
 
 def test_too_many_bad_rows_fail_the_dataset(bad_dataset, sft_tokenizer):
-    with pytest.raises(SFTDataError, match=r"15 of 17 rows are bad \(> data.max_bad_fraction 0.5\); first: row 1"):
+    with pytest.raises(SFTDataError, match=r"13 of 15 rows are bad \(> data.max_bad_fraction 0.5\); first: row 1"):
         load_sft_data(_config(bad_dataset, max_seq_len=256), sft_tokenizer)
 
 
 def test_dataset_level_errors(tmp_path, sft_tokenizer):
-    with pytest.raises(SFTDataError, match="is not a directory"):
+    with pytest.raises(SFTDataError, match="is not a file or directory"):
         load_sft_data(_config(tmp_path / "missing"), sft_tokenizer)
     path = write_dataset([{"id": "a", "text": "no messages column"}], tmp_path / "cols")
     with pytest.raises(SFTDataError, match=r"missing column\(s\) \['messages'\]"):

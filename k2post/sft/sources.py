@@ -1,0 +1,134 @@
+"""Where chat rows come from: an HF dataset saved on disk, or JSONL files, in k2post's own columns or the
+OpenAI / TRL conversational format, with a column mapping. Used by SFT (`data.path`) and RL's PTX data.
+
+    rows = open_dataset("runs/synth/dataset")                                # k2post synth's output
+    rows = open_dataset("chats.jsonl")                                       # {"messages": [...], "tools": [...]}
+    rows = open_dataset("hf_dir", columns={"messages": "conversations"})    # the dataset's names for ours
+
+Every row comes back as a dict with k2post's column names (`id`, `messages`, `tools`, `domain`, ...):
+- `messages` / `tools` may be JSON text (what `k2post synth` writes) or lists of dicts (TRL, OpenAI);
+  keys whose value is null are dropped (Arrow fills every struct field in), and OpenAI content parts
+  (`[{"type": "text", "text": ...}]`) are joined into one string;
+- a row without an id gets one derived from its content (`row-<16 hex of sha256>`), stable across runs;
+- a JSONL line that is not a JSON object is kept as a row that fails with `file:line: why`.
+
+Problems with the source as a whole (not found, not a dataset, a DatasetDict, a mapped column missing) raise
+`SFTDataError` with one line naming `data.path` / `data.columns`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+OUR_COLUMNS = ("id", "messages", "tools", "domain", "metadata", "verdict")
+PROBLEM_KEY = "_row_problem"  # set on a row that could not be read (bad JSONL line); the row then fails
+
+
+class SFTDataError(ValueError):
+    """The dataset as a whole cannot be used (not a dataset, missing column, too many bad rows, empty split)."""
+
+
+def open_dataset(path: str | Path, limit: int | None = None, columns: dict[str, str] | None = None) -> list[dict]:
+    """The first `limit` rows at `path` (HF dataset dir, JSONL file, or dir of JSONL files) in our columns."""
+    path, columns = Path(path), dict(columns or {})
+    if path.is_file():
+        raw = _jsonl_rows([path], limit)
+    elif path.is_dir() and not (path / "dataset_info.json").exists() and sorted(path.glob("*.jsonl")):
+        raw = _jsonl_rows(sorted(path.glob("*.jsonl")), limit)
+    elif path.is_dir():
+        raw = _hf_rows(path, limit)
+    else:
+        raise SFTDataError(
+            f"data.path {str(path)!r} is not a file or directory (expected an HF dataset saved with save_to_disk, "
+            "a JSONL file, or a directory of JSONL files)"
+        )
+    _check_columns(path, raw, columns)
+    return [canonical_row(row, columns) for row in raw]
+
+
+def _jsonl_rows(files: list[Path], limit: int | None) -> list[dict]:
+    """Rows of JSONL files in order; a line that is not a JSON object becomes a row carrying its problem."""
+    rows: list[dict] = []
+    for file in files:
+        with open(file, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if limit is not None and len(rows) >= limit:
+                    return rows
+                if line.strip():
+                    rows.append(_json_line(line, f"{file}:{number}"))
+    return rows
+
+
+def _json_line(line: str, where: str) -> dict:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as err:
+        return {PROBLEM_KEY: f"{where}: invalid JSON ({err.msg}, column {err.colno})"}
+    if not isinstance(value, dict):
+        return {PROBLEM_KEY: f"{where}: expected a JSON object, got {type(value).__name__}"}
+    return value
+
+
+def _hf_rows(path: Path, limit: int | None) -> list[dict]:
+    from datasets import Dataset, load_from_disk
+
+    try:
+        dataset = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as err:
+        raise SFTDataError(f"data.path {str(path)!r}: not an HF dataset saved with save_to_disk ({err})") from None
+    if not isinstance(dataset, Dataset):
+        raise SFTDataError(f"data.path {str(path)!r} holds splits {list(dataset)}: point it at one split's directory")
+    if limit is not None:
+        dataset = dataset.select(range(min(limit, len(dataset))))
+    return dataset.to_list()
+
+
+def _check_columns(path: Path, rows: list[dict], columns: dict[str, str]) -> None:
+    """The mapped columns, and `messages` (under its mapped name), exist in the data."""
+    unknown = sorted(set(columns) - set(OUR_COLUMNS))
+    if unknown:
+        raise SFTDataError(f"data.columns: unknown key(s) {unknown}; map these of ours: {list(OUR_COLUMNS)}")
+    present = {key for row in rows[:100] if PROBLEM_KEY not in row for key in row}
+    wanted = {ours: columns.get(ours, ours) for ours in ("messages", *columns)}
+    missing = sorted({theirs for theirs in wanted.values() if theirs not in present})
+    if rows and present and missing:
+        hint = "" if columns else " (map yours with data.columns, e.g. {messages: conversations})"
+        raise SFTDataError(f"data.path {str(path)!r}: missing column(s) {missing} (has {sorted(present)}){hint}")
+
+
+def canonical_row(row: dict[str, Any], columns: dict[str, str]) -> dict[str, Any]:
+    """The row under our column names, messages/tools cleaned, an id derived when it has none."""
+    if PROBLEM_KEY in row:
+        return dict(row)
+    out = {ours: row.get(columns.get(ours, ours)) for ours in OUR_COLUMNS}
+    for key in ("messages", "tools"):
+        if isinstance(out[key], list):
+            out[key] = [_clean(item) for item in out[key]]
+    if out["id"] is None or out["id"] == "":
+        out["id"] = derived_id(out["messages"], out["tools"])
+    return out
+
+
+def _clean(value: Any) -> Any:
+    """Null-valued keys dropped (recursively); OpenAI text content parts joined into one string."""
+    if isinstance(value, dict):
+        cleaned = {key: _clean(item) for key, item in value.items() if item is not None}
+        if isinstance(cleaned.get("content"), list) and all(_is_text_part(p) for p in cleaned["content"]):
+            cleaned["content"] = "".join(part["text"] for part in cleaned["content"])
+        return cleaned
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    return value
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def derived_id(messages: Any, tools: Any) -> str:
+    """`row-<16 hex>`: sha256 of the row's messages and tools as canonical JSON (the same row, the same id)."""
+    text = json.dumps([messages, tools], sort_keys=True, ensure_ascii=False, default=str)
+    return "row-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

@@ -1,0 +1,105 @@
+"""k2post/sft/sources.py: SFT data from JSONL files and HF datasets in the OpenAI / TRL conversational format
+(messages as lists of dicts, optional tools, OpenAI call ids), a column mapping, ids derived from content."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_helpers import write_dataset
+from k2post.sft.config import SFTDataConfig
+from k2post.sft.data import load_sft_data
+from k2post.sft.sources import SFTDataError, derived_id, open_dataset
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def trl_row(city: str, call_id: str = "call_abc123") -> dict:
+    """A TRL/OpenAI conversational row: messages as dicts, arguments as a dict, an OpenAI call id, content parts."""
+    return {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": f"Weather in {city}?"}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": city}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": "sunny"},
+            {"role": "assistant", "content": f"It is sunny in {city}."},
+        ],
+        "tools": [WEATHER_TOOL],
+    }
+
+
+def _config(path, **overrides) -> SFTDataConfig:
+    return SFTDataConfig(path=str(path), eval_fraction=0.0, **overrides)
+
+
+def _jsonl(path, rows) -> str:
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return str(path)
+
+
+def test_trl_jsonl_trains_with_k2_call_ids_and_derived_ids(tmp_path, sft_tokenizer):
+    path = _jsonl(tmp_path / "chats.jsonl", [trl_row("Paris"), trl_row("Oslo", "call_zz")])
+    data = load_sft_data(_config(path), sft_tokenizer)
+    assert len(data.train) == 2 and data.report.to_json()["num_bad_rows"] == 0
+    text = sft_tokenizer.decode(data.train[0].input_ids)
+    assert "functions.get_weather:0" in text and "call_abc123" not in text and "Weather in Paris?" in text
+    first = open_dataset(path)[0]
+    assert data.train[0].id == derived_id(first["messages"], first["tools"]) and data.train[0].id.startswith("row-")
+    explicit_nulls = trl_row("Paris")
+    explicit_nulls["messages"][0]["name"] = None  # what an Arrow round trip adds: the same content, the same id
+    assert open_dataset(_jsonl(tmp_path / "nulls.jsonl", [explicit_nulls]))[0]["id"] == data.train[0].id
+    again = load_sft_data(_config(path), sft_tokenizer)
+    assert [e.id for e in again.train] == [e.id for e in data.train]  # stable across runs
+
+
+def test_hf_dataset_of_dict_lists_with_a_column_mapping(tmp_path, sft_tokenizer):
+    """Arrow fills every struct field of every message (tool_calls: None on user turns, ...): nulls are dropped."""
+    rows = []
+    for i, city in enumerate(["Rome", "Lima", "Kyiv"]):
+        messages = trl_row(city)["messages"]
+        messages[0]["content"] = f"Weather in {city}?"  # one Arrow type per field: text, not parts, here
+        rows.append({"uid": f"u{i}", "conversations": messages, "functions": [WEATHER_TOOL]})
+    path = write_dataset(rows, tmp_path / "hf")
+    mapping = {"id": "uid", "messages": "conversations", "tools": "functions"}
+    data = load_sft_data(_config(path, columns=mapping), sft_tokenizer)
+    assert [e.id for e in data.train] == ["u0", "u1", "u2"]
+    with pytest.raises(SFTDataError, match=r"missing column\(s\) \['messages'\] .*map yours with data.columns"):
+        load_sft_data(_config(path), sft_tokenizer)
+    with pytest.raises(SFTDataError, match=r"data.columns: unknown key\(s\) \['text'\]"):
+        load_sft_data(_config(path, columns={"text": "conversations"}), sft_tokenizer)
+
+
+def test_bad_jsonl_lines_are_bad_rows_naming_file_and_line(tmp_path, sft_tokenizer):
+    path = _jsonl(tmp_path / "mixed.jsonl", [trl_row("Paris"), "{not json", "[1, 2]", {**trl_row("Oslo"), "id": 7}])
+    data = load_sft_data(_config(path, max_bad_fraction=1.0), sft_tokenizer)
+    bad = data.report.to_json()["bad_rows"]
+    assert len(data.train) == 1 and len(bad) == 3
+    assert bad[0].startswith(f"row 1 (id ?): {path}:2: invalid JSON")
+    assert bad[1] == f"row 2 (id ?): {path}:3: expected a JSON object, got list"
+    assert bad[2] == "row 3 (id ?): id: expected a non-empty string, got 7"
+
+
+def test_a_directory_of_jsonl_files_is_read_in_name_order(tmp_path):
+    (tmp_path / "d").mkdir()
+    _jsonl(tmp_path / "d" / "b.jsonl", [trl_row("B")])
+    _jsonl(tmp_path / "d" / "a.jsonl", [trl_row("A"), trl_row("A2")])
+    rows = open_dataset(tmp_path / "d")
+    assert [r["messages"][0]["content"] for r in rows] == ["Weather in A?", "Weather in A2?", "Weather in B?"]
+    assert len(open_dataset(tmp_path / "d", limit=2)) == 2
