@@ -25,7 +25,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from k2post.config.base import K2Config
 from k2post.config.loader import format_validation_error
 from k2post.envs.base import Environment
-from k2post.envs.registry import get_environment
+from k2post.envs.registry import (
+    absolute_reference,
+    get_environment,
+    is_reference,
+    load_reference,
+    registered_environments,
+)
 
 
 class RandomLike(Protocol):
@@ -37,11 +43,33 @@ class RandomLike(Protocol):
 class EnvEntryConfig(K2Config):
     """One environment of the mix: registry name, sampling weight, its own config."""
 
-    name: str = Field("math", description="Registered environment name (see `k2post envs list`).")
+    name: str = Field(
+        "math",
+        description="Registered environment name (see `k2post envs list`), or a class reference "
+        "`package.module:Class` / `path/to/file.py:Class` (loaded and registered; the entry keeps its `name`).",
+    )
     weight: float = Field(1.0, gt=0, description="Sampling weight; probability is weight / sum of weights.")
     config: dict[str, Any] = Field(
         default_factory=dict, description="The environment's config, validated against its config class."
     )
+    plugin: str | None = Field(
+        None,
+        description="Set from a `module:Class` / `file.py:Class` name (absolute for a file): where the class is "
+        "loaded from when this config is read again (a resumed run, another process).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_reference(cls, data: Any) -> Any:
+        """`name: pkg.mod:Class` -> the class's registered name, the reference kept in `plugin`."""
+        if not isinstance(data, dict):
+            return data
+        name, plugin = data.get("name"), data.get("plugin")
+        if isinstance(name, str) and is_reference(name):
+            return {**data, "name": get_environment(name).name, "plugin": absolute_reference(name)}
+        if plugin and isinstance(name, str) and name not in registered_environments():
+            load_reference(plugin)
+        return data
 
     @field_validator("name")
     @classmethod

@@ -11,19 +11,34 @@ itself with the decorator when its module is imported (in-tree, and in tests, im
         name = "math"
 
     env = make_environment("math", {"difficulty": 2})
+
+Without packaging, a mix names a class directly: `name: mypkg.mymodule:MyEnv` (an importable module) or
+`name: plugins/my_env.py:MyEnv` (a file). `EnvEntryConfig` loads and registers it and keeps its registered
+`name`; the reference is added to `K2POST_ENV_PLUGINS` (`;`-separated), which every k2post process
+(reward workers, Ray actors: docs/ENVIRONMENTS.md) loads beside the entry points. A plugin that fails to load,
+or reuses a taken name, is disabled with one warning; the others, and the built-ins, keep working, and asking
+for the disabled name says why it is missing.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
+import importlib
 import importlib.util
+import logging
+import os
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from k2post.envs.base import Environment
 
+logger = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "k2post.environments"
+PLUGINS_ENV_VAR = "K2POST_ENV_PLUGINS"
+PLUGINS_SEPARATOR = ";"  # not os.pathsep: ':' separates module and class
 BUILTIN_PACKAGE = "k2post_environments"  # the repo's environments/ folder, installed under this import name
 
 
@@ -36,6 +51,7 @@ def builtin_data_dir(*parts: str) -> Path:
 
 
 _REGISTRY: dict[str, type[Environment]] = {}
+_DISABLED: dict[str, str] = {}  # plugin name (or reference) -> why it was disabled
 _LOADED = {"entry_points": False}
 
 
@@ -68,24 +84,101 @@ def _builtin_first(ep: Any) -> int:
     return 0 if dist is not None and dist.name == "k2post" else 1
 
 
+def _disable(name: str, why: str) -> None:
+    """Leave a broken plugin out, with one warning; asking for `name` later says why."""
+    _DISABLED[name] = why
+    logger.warning("k2post: warning: environment plugin disabled: %s", why)
+
+
+def _load_entry_point(ep: Any) -> None:
+    where = f"entry point {ep.name!r} ({ep.value}"
+    where += f", from {ep.dist.name})" if getattr(ep, "dist", None) is not None else ")"
+    try:
+        cls = ep.load()
+    except Exception as err:  # a broken third-party package must not hide the others
+        return _disable(ep.name, f"{where} failed to load: {type(err).__name__}: {err}")
+    if getattr(cls, "name", None) != ep.name:
+        return _disable(ep.name, f"{where} points at an environment named {getattr(cls, 'name', None)!r}")
+    try:
+        register_environment(cls)
+    except EnvironmentRegistryError as err:
+        return _disable(ep.name, f"{where}: {err}")
+
+
 def _load_entry_points() -> None:
     if _LOADED["entry_points"]:
         return
-    # k2post's own gyms (its pyproject's entry points) first: a clash then names the third-party package
+    _LOADED["entry_points"] = True
+    # k2post's own gyms (its pyproject's entry points) first: a clash then disables the third-party one
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_builtin_first):
-        where = f"entry point {ep.name!r} ({ep.value}"
-        where += f", from {ep.dist.name})" if getattr(ep, "dist", None) is not None else ")"
+        _load_entry_point(ep)
+    for reference in plugin_references():
         try:
-            cls = ep.load()
-        except Exception as err:  # a broken third-party package must not hide the others
-            raise EnvironmentRegistryError(f"{where} failed to load: {err}") from err
-        if getattr(cls, "name", None) != ep.name:
-            raise EnvironmentRegistryError(f"{where} points at an environment named {getattr(cls, 'name', None)!r}")
-        try:
-            register_environment(cls)
+            load_reference(reference)
         except EnvironmentRegistryError as err:
-            raise EnvironmentRegistryError(f"{where}: {err}") from None
-    _LOADED["entry_points"] = True  # only once all loaded: a failure is reported again, not hidden
+            _disable(reference, f"{PLUGINS_ENV_VAR} entry {err}")
+
+
+def plugin_references() -> list[str]:
+    """The `module:Class` / `file.py:Class` references in K2POST_ENV_PLUGINS (loaded by every process)."""
+    return [ref.strip() for ref in os.environ.get(PLUGINS_ENV_VAR, "").split(PLUGINS_SEPARATOR) if ref.strip()]
+
+
+def is_reference(name: str) -> bool:
+    """Whether a mix `name` is a `module:Class` or `path/file.py:Class` reference (not a registered name)."""
+    return ":" in name
+
+
+def _import_target(target: str, reference: str) -> Any:
+    """The module of a reference: a .py file by path (under a stable private name), else by import name."""
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise EnvironmentRegistryError(f"{reference!r}: file {str(path)!r} not found")
+        module_name = f"k2post_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+        if module_name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception:
+                del sys.modules[module_name]
+                raise
+        return sys.modules[module_name]
+    return importlib.import_module(target)
+
+
+def load_reference(reference: str) -> type[Environment]:
+    """The Environment class of `pkg.module:Class` or `path/to/file.py:Class`, registered (idempotent) and
+    added to K2POST_ENV_PLUGINS so child processes load it too."""
+    target, _, attr = reference.rpartition(":")
+    if not target or not attr.isidentifier():
+        raise EnvironmentRegistryError(f"{reference!r}: expected 'package.module:Class' or 'path/to/file.py:Class'")
+    try:
+        module = _import_target(target, reference)
+    except EnvironmentRegistryError:
+        raise
+    except Exception as err:
+        raise EnvironmentRegistryError(f"{reference!r} failed to import: {type(err).__name__}: {err}") from None
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise EnvironmentRegistryError(f"{reference!r}: module {target!r} has no {attr!r}")
+    register_environment(cls)  # checks it is an Environment with a name; the same class again is fine
+    _remember(absolute_reference(reference))
+    return cls
+
+
+def absolute_reference(reference: str) -> str:
+    """The reference with a file path made absolute (a module reference as it is)."""
+    target, _, attr = reference.rpartition(":")
+    return f"{Path(target).expanduser().resolve()}:{attr}" if target.endswith(".py") else reference
+
+
+def _remember(reference: str) -> None:
+    known = plugin_references()
+    if reference not in known:
+        os.environ[PLUGINS_ENV_VAR] = PLUGINS_SEPARATOR.join([*known, reference])
 
 
 def registered_environments() -> dict[str, type[Environment]]:
@@ -97,6 +190,10 @@ def registered_environments() -> dict[str, type[Environment]]:
 def get_environment(name: str) -> type[Environment]:
     """The environment class registered as `name`; unknown → error with a did-you-mean hint."""
     known = registered_environments()
+    if name not in known and is_reference(name):
+        return load_reference(name)
+    if name not in known and name in _DISABLED:
+        raise EnvironmentRegistryError(f"environment {name!r} is disabled: {_DISABLED[name]}")
     if name not in known:
         close = difflib.get_close_matches(name, list(known), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"

@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from k2post.chat.types import Message
 from k2post.config.loader import format_validation_error
 from k2post.envs.base import Environment, MultiTurnEnvironment, Reward, Task
-from k2post.envs.registry import get_environment, registered_environments
+from k2post.envs.registry import PLUGINS_ENV_VAR, get_environment, registered_environments
 
 StartMethod = Literal["forkserver", "spawn"]
 ERROR_CHARS = 500
@@ -247,8 +247,11 @@ def _watch_parent(parent_pid: int) -> None:
     os._exit(0)
 
 
-def _setup_worker(sys_path: list[str]) -> None:
-    """Own process group (so a kill takes its children too), no Ctrl-C noise, parent's sys.path."""
+def _setup_worker(sys_path: list[str], plugins: str = "") -> None:
+    """Own process group (so a kill takes its children too), no Ctrl-C noise, the parent's sys.path and
+    `module:Class` env plugins (a forkserver started earlier would not have them in its environment)."""
+    if plugins:
+        os.environ[PLUGINS_ENV_VAR] = plugins
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -285,9 +288,9 @@ def _serve_one(conn: Connection, cache: EnvCache, request: tuple[int, ScoreItem,
     _send(conn, ("done", seq, reward), hint.floor)
 
 
-def worker_main(conn: Connection, sys_path: list[str]) -> None:
+def worker_main(conn: Connection, sys_path: list[str], plugins: str = "") -> None:
     """Worker loop: load the registry, say ready, then serve (seq, item, hint) until None/EOF."""
-    _setup_worker(sys_path)
+    _setup_worker(sys_path, plugins)
     try:
         registered_environments()
     except Exception as err:  # reported per item by make_environment; keep serving
@@ -398,7 +401,10 @@ class RewardPool:
 
     def _start_worker(self) -> _Worker:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=worker_main, args=(child_conn, list(sys.path)), name="k2post-reward-worker")
+        plugins = os.environ.get(PLUGINS_ENV_VAR, "")
+        proc = self._ctx.Process(
+            target=worker_main, args=(child_conn, list(sys.path), plugins), name="k2post-reward-worker"
+        )
         proc.start()
         child_conn.close()
         return _Worker(proc=proc, conn=parent_conn, started=time.monotonic())

@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from k2post.envs.registry import PLUGINS_ENV_VAR
 from k2post.rl.run_config import RLConfig
 from k2post.rollout.agentic import EpisodeOptions
 
@@ -107,7 +108,11 @@ class RayCluster:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         strategy = PlacementGroupSchedulingStrategy(placement_group=self.placement, placement_group_bundle_index=bundle)
-        return {"num_cpus": self.cfg.ray.cpus_per_bundle / 2, "scheduling_strategy": strategy}
+        options = {"num_cpus": self.cfg.ray.cpus_per_bundle / 2, "scheduling_strategy": strategy}
+        plugins = os.environ.get(PLUGINS_ENV_VAR)
+        if plugins:  # `module:Class` envs of the mix: every actor loads them too (merged into the job's runtime_env)
+            options["runtime_env"] = {"env_vars": {PLUGINS_ENV_VAR: plugins}}
+        return options
 
     def close(self, *groups: Any) -> None:
         """Kill the groups' actors and remove the placement group (Ray itself is left to whoever started it)."""

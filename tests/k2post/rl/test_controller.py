@@ -167,3 +167,16 @@ def test_reward_errors_are_logged_and_stop_the_run_past_the_limit(tmp_path, monk
         "iteration 1: 4 of 16 rewards failed (25% > reward.max_reward_error_fraction 0.2)"
     )
     assert not (tmp_path / "b" / "run" / "final").exists()
+
+
+@pytest.mark.parametrize("plugins", ["", "/srv/envs/word.py:WordEnv;my_envs.dice:DiceEnv"])
+def test_actor_options_carry_the_env_plugins(tmp_path, monkeypatch, plugins):
+    """`module:Class` envs of the mix reach every trainer and rollout actor through the actor's runtime_env
+    (merged by Ray into a job's own runtime_env), so a Ray job's workers load them as the driver did."""
+    from k2post.envs.registry import PLUGINS_ENV_VAR
+    from k2post.rl.actors import RayCluster
+
+    monkeypatch.setenv(PLUGINS_ENV_VAR, plugins)
+    options = RayCluster(_config(tmp_path)).options(0)
+    assert options["num_cpus"] > 0
+    assert options.get("runtime_env") == ({"env_vars": {PLUGINS_ENV_VAR: plugins}} if plugins else None)
