@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Callable
 
 
@@ -37,10 +38,42 @@ def command_parser(command: str, description: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f"k2post {command}", description=description)
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, kind: str, example: str) -> None:
-    """`CONFIG [key.path=value ...]`: a `kind: <kind>` YAML file and dotted overrides."""
-    parser.add_argument("file", metavar="CONFIG", help=f"a `kind: {kind}` YAML config, e.g. {example}")
+def add_config_arguments(parser: argparse.ArgumentParser, kind: str, example: str, resume: bool = False) -> None:
+    """`CONFIG [key.path=value ...]`: a `kind: <kind>` YAML file and dotted overrides; with `resume`, also
+    `--resume RUN_DIR [key.path=value ...]` (the one resume spelling of every command; see `resume_config`)."""
+    parser.add_argument(
+        "file", nargs="?" if resume else None, metavar="CONFIG", help=f"a `kind: {kind}` YAML config, e.g. {example}"
+    )
     parser.add_argument("overrides", nargs="*", default=[], metavar="key.path=value", help="dotted overrides")
+    if resume:
+        parser.add_argument(
+            "--resume",
+            metavar="RUN_DIR",
+            help="continue the run in RUN_DIR from where it stopped (its config.yaml; positionals are overrides)",
+        )
+
+
+def resume_config(
+    file: str | None, overrides: list[str], resume: str | None, kind: str, dir_key: str, fixed: tuple[str, ...] = ()
+) -> tuple[str, list[str]]:
+    """(config file, overrides) of `CONFIG [overrides]` or `--resume RUN_DIR [overrides]`.
+
+    With --resume the file is RUN_DIR/config.yaml (what the run wrote), every positional is an override, and
+    `resume=true`, `<dir_key>=RUN_DIR` and `fixed` come first. A `resume=` override is refused: --resume is the
+    only spelling."""
+    from k2post.config.loader import ConfigError
+
+    given = [*([file] if file is not None and resume is not None else []), *overrides]
+    if any(item.split("=", 1)[0].strip() == "resume" for item in given):
+        raise ConfigError(f"resume=...: continue a {kind} run with `k2post {kind} --resume RUN_DIR` instead")
+    if resume is None:
+        if file is None:
+            raise ConfigError("give a CONFIG or --resume RUN_DIR")
+        return file, overrides
+    config = Path(resume) / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"--resume {resume}: no config.yaml there (not a {kind} run dir)")
+    return str(config), ["resume=true", f"{dir_key}={resume}", *fixed, *given]
 
 
 def error_message(err: BaseException) -> str:

@@ -145,17 +145,17 @@ class Recipe:
     def stage_sft(self) -> None:
         if (self.sft / "final" / "config.json").is_file():
             return
-        resume = ["resume=true"] if self.sft.exists() else []
+        # a cut SFT stage continues (`--resume`: the run dir's own config, these overrides on top)
+        source = ["--resume", str(self.sft)] if (self.sft / "config.yaml").is_file() else [self.cfg.sft]
         run_stage(
             "sft",
             stage_command(
                 "sft",
-                self.cfg.sft,
+                *source,
                 f"run_dir={self.sft}",
                 f"model.path={self.model}",
                 "model.flavor=null",
                 f"data.path={self.synth / 'dataset'}",
-                *resume,
                 *self.seed_override("sft"),
                 *self.cfg.sft_overrides,
             ),

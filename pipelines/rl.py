@@ -18,40 +18,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from k2post.command import command_parser, run_command  # noqa: E402
-from k2post.config.loader import ConfigError  # noqa: E402
+from k2post.command import add_config_arguments, command_parser, resume_config, run_command  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "rl", "colocated RL (K1.5 + PTX, MuonClip, vLLM rollouts) on embedded or cluster Ray; --resume continues"
     )
-    parser.add_argument("file", nargs="?", metavar="CONFIG", help="a `kind: rl` YAML config, e.g. configs/rl_demo.yaml")
-    parser.add_argument("overrides", nargs="*", default=[], metavar="key.path=value", help="dotted overrides")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    add_config_arguments(parser, "rl", "configs/rl_demo.yaml", resume=True)
     return parser
 
 
 def load_config(file: str | None, overrides: list[str], resume: str | None = None):
-    """The RLConfig of CONFIG [overrides], or of --resume RUN_DIR [overrides] (its config.yaml, resume=true)."""
+    """The RLConfig of CONFIG [overrides], or of --resume RUN_DIR [overrides] (its config.yaml, resume=true).
+    stop_at_iteration ends one invocation: a resume runs to the end unless it is given again."""
     from k2post.config.registry import load_run_config
 
-    if resume is None:
-        if file is None:
-            raise ConfigError("give a CONFIG or --resume RUN_DIR")
-        return load_run_config(file, overrides, expected_kind="rl")
-    overrides = [*([file] if file is not None else []), *overrides]  # with --resume every positional is an override
-    config = Path(resume) / "config.yaml"
-    if not config.is_file():
-        raise ConfigError(f"--resume {resume}: no config.yaml there (not an RL run dir)")
-    # stop_at_iteration ends one invocation: a resume runs to the end unless it is given again
-    fixed = ["resume=true", f"run_dir={resume}", "train.stop_at_iteration=null"]
-    return load_run_config(config, [*fixed, *overrides], expected_kind="rl")
+    fixed = ("train.stop_at_iteration=null",)
+    config, overrides = resume_config(file, overrides, resume, "rl", "run_dir", fixed)
+    return load_run_config(config, overrides, expected_kind="rl")
 
 
 def run(args: argparse.Namespace) -> int:

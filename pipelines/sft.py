@@ -2,11 +2,12 @@
 
     python -m k2post_pipelines.sft configs/sft_tool_use.yaml [key.path=value ...]
     k2post sft configs/sft_tool_use.yaml [key.path=value ...]                 # the same
+    k2post sft --resume runs/sft_tool_use [key.path=value ...]                # continue a stopped/killed run
     ray job submit --working-dir . -- python -m k2post_pipelines.sft configs/sft_tool_use.yaml
     torchrun --nproc-per-node 2 -m k2post_pipelines.sft configs/sft_tool_use.yaml   # data parallel
 
 Writes metrics.jsonl, data_report.json, checkpoints/step-N, final/ (an HF model dir vLLM
-loads) and summary.json into `run_dir`; `resume=true` continues from the newest checkpoint.
+loads) and summary.json into `run_dir`; `k2post sft --resume RUN_DIR` continues from the newest checkpoint.
 Exit status: 0 when the run finished (or stopped at train.stop_at_step), 2 on a config, data,
 run-dir or resume error (one line `k2post sft: error: ...` naming the field or the row).
 """
@@ -21,12 +22,12 @@ import os
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from k2post.command import add_config_arguments, command_parser, run_command  # noqa: E402
+from k2post.command import add_config_arguments, command_parser, resume_config, run_command  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("sft", "supervised fine-tuning on chat data (MuonClip on DeepSpeed), e.g. synth output")
-    add_config_arguments(parser, "sft", "configs/sft_tool_use.yaml")
+    add_config_arguments(parser, "sft", "configs/sft_tool_use.yaml", resume=True)
     return parser
 
 
@@ -34,7 +35,11 @@ def run(args: argparse.Namespace) -> int:
     """Load the config and train; rank 0 prints the summary as one JSON line."""
     from k2post.config.registry import load_run_config
 
-    cfg = load_run_config(args.file, args.overrides, expected_kind="sft")  # a config error before torch loads
+    # --resume RUN_DIR: its config.yaml; train.stop_at_step ends one invocation, a resume runs to the end
+    config, overrides = resume_config(
+        args.file, args.overrides, args.resume, "sft", "run_dir", ("train.stop_at_step=null",)
+    )
+    cfg = load_run_config(config, overrides, expected_kind="sft")  # a config error before torch loads
 
     from k2post.sft.trainer import run_sft
 

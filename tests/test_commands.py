@@ -145,3 +145,40 @@ def test_the_known_user_errors_are_caught():
     known += [RunDirError, SynthError, ResumeError, StageError, FileNotFoundError, FileExistsError, KeyError]
     assert all(issubclass(cls, USER_ERRORS) for cls in known)
     assert issubclass(SynthError, (UserError, RuntimeError)) and not issubclass(RuntimeError, USER_ERRORS)
+
+
+@pytest.mark.parametrize(
+    "file, overrides, resume, expected",
+    [
+        ("c.yaml", ["a=1"], None, ("c.yaml", ["a=1"])),
+        ("a=1", ["b=2"], "RUN", ("RUN/config.yaml", ["resume=true", "run_dir=RUN", "x=null", "a=1", "b=2"])),
+        (None, [], "RUN", ("RUN/config.yaml", ["resume=true", "run_dir=RUN", "x=null"])),
+    ],
+)
+def test_resume_config_is_the_one_resume_spelling(tmp_path, file, overrides, resume, expected):
+    from k2post.command import resume_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("kind: sft\n")
+    resume = None if resume is None else str(run)
+    got = resume_config(file, overrides, resume, "sft", "run_dir", ("x=null",))
+    config, fixed = expected
+    assert got == (config.replace("RUN", str(run)), [item.replace("RUN", str(run)) for item in fixed])
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["sft", "configs/sft_demo.yaml", "resume=true"], "resume=...: continue a sft run with `k2post sft --resume"),
+        (["rl", "configs/rl_demo.yaml", "resume=true"], "resume=...: continue a rl run with `k2post rl --resume"),
+        (["sft", "--resume", "/nonexistent/run"], "--resume /nonexistent/run: no config.yaml there"),
+        (["sft"], "give a CONFIG or --resume RUN_DIR"),
+    ],
+)
+def test_resume_errors_are_one_line(capsys, argv, needle):
+    from k2post.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err

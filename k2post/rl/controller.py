@@ -147,8 +147,8 @@ class RLRun:
         earlier = (self.run_dir / "metrics.jsonl").exists() or latest_checkpoint(self.run_dir) is not None
         if earlier and not self.cfg.resume:
             raise RLRunDirError(
-                f"run_dir {self.cfg.run_dir!r} already holds a run: set resume: true (or --resume) to continue it, "
-                "or pick another run_dir"
+                f"run_dir {self.cfg.run_dir!r} already holds a run: continue it with "
+                f"`k2post rl --resume {self.cfg.run_dir}`, or pick another run_dir"
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_yaml(self.cfg))

@@ -91,7 +91,7 @@ class SFTTrainConfig(K2Config):
         None,
         gt=0,
         description="End this invocation after this step (a checkpoint is written, no final model) - for time-limited "
-        "jobs; run again with resume: true to continue. null: run to the end.",
+        "jobs; continue with `k2post sft --resume RUN_DIR`. null: run to the end.",
     )
 
     @model_validator(mode="after")

@@ -75,8 +75,8 @@ def prepare_run_dir(cfg: SFTConfig, dist: DistInfo) -> Path:
     earlier = (run_dir / "metrics.jsonl").exists() or bool(ckpt.complete_checkpoints(run_dir))
     if earlier and not cfg.resume:
         raise RunDirError(
-            f"run_dir {cfg.run_dir!r} already holds a run (metrics.jsonl / checkpoints): set resume: true to "
-            "continue it, or pick another run_dir"
+            f"run_dir {cfg.run_dir!r} already holds a run (metrics.jsonl / checkpoints): continue it with "
+            f"`k2post sft --resume {cfg.run_dir}`, or pick another run_dir"
         )
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)

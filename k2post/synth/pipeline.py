@@ -10,7 +10,8 @@ Writes into `out_dir`:
   `tools`, `metadata`, `verdict`, `domain`; JSON text columns: see docs/SYNTH.md), written
   atomically; `rejected/` the same for the rejects;
 - `heldout_tasks.jsonl` — test-split tasks (never synthesized) for evaluating a trained model;
-- `tool_specs/` — the MCP-style specs of every domain used; `stats.json` — the report.
+- `tool_specs/` — the MCP-style specs of every domain used; `stats.json` — the report; `config.yaml` — the
+  resolved config (`k2post synth --resume OUT_DIR` continues from it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from k2post.command import UserError
+from k2post.config.loader import dump_yaml
 from k2post.synth.config import SynthConfig
 from k2post.synth.domains import Domain, build_domains
 from k2post.synth.gym_tasks import gym_row, gym_tasks
@@ -291,6 +293,7 @@ def run_synth(cfg: SynthConfig, console: Console | None = None) -> dict[str, Any
     except (ToolSpecError, ValueError) as err:
         raise SynthError(str(err)) from None
     out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(dump_yaml(cfg))  # what `k2post synth --resume OUT_DIR` reads
     write_specs(out, domains, tools)
     write_heldout(out / "heldout_tasks.jsonl", all_tasks(cfg, domains, "test", cfg.heldout_tasks_per_domain))
     tasks = all_tasks(cfg, domains, "train", cfg.tasks_per_domain)

@@ -171,3 +171,22 @@ def test_recipe_evals_share_one_process_when_the_splits_cover_the_same_envs(tmp_
     assert envs == (recipe.envs[:1] if shifted_subset else recipe.envs)
     recipe.evals("before_rl", tmp_path / "model", tmp_path / "rl.yaml")
     assert len(calls) == len(expected)
+
+
+def test_a_cut_sft_stage_continues_with_resume(tmp_path, monkeypatch):
+    """A fresh SFT stage runs the recipe's SFT config; one whose run dir holds a config.yaml (cut) continues with
+    `k2post sft --resume RUN_DIR` and the same overrides."""
+    import k2post_pipelines.recipe as recipe_module
+    from k2post.config.registry import load_run_config
+
+    calls = []
+    monkeypatch.setattr(recipe_module, "run_stage", lambda name, command, logs, timings: calls.append(command))
+    cfg = load_run_config(str(REPO / "configs" / "recipe_demo.yaml"), [f"run_dir={tmp_path}"], expected_kind="recipe")
+    recipe = recipe_module.Recipe(cfg)
+    recipe.stage_sft()
+    (recipe.sft).mkdir(parents=True)
+    (recipe.sft / "config.yaml").write_text("kind: sft\n")
+    recipe.stage_sft()
+    fresh, cut = (command[command.index("sft") + 1 :] for command in calls)
+    assert fresh[0] == cfg.sft and "--resume" not in fresh
+    assert cut[:2] == ["--resume", str(recipe.sft)] and cut[2:] == fresh[1:]

@@ -45,7 +45,7 @@ def _raw(run_dir: Path, dataset: Path, model_dir: Path, gas: int, steps: int) ->
     }
 
 
-def _torchrun(config: Path, *overrides: str) -> None:
+def _torchrun(*args: str) -> None:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -62,8 +62,7 @@ def _torchrun(config: Path, *overrides: str) -> None:
         str(free_port()),
         "-m",
         "k2post_pipelines.sft",
-        str(config),
-        *overrides,
+        *args,
     ]
     done = run_bounded(command, timeout=300, cwd=REPO, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -78,7 +77,7 @@ def test_two_ranks_match_one_rank_with_accumulation(tiny_qwen2_dir):
         single = run_sft(validate_config(SFTConfig, _raw(work / "single", dataset, tiny_qwen2_dir, 2, 4), "test"))
         config = work / "dp.yaml"
         config.write_text(yaml.safe_dump(_raw(work / "dp", dataset, tiny_qwen2_dir, 1, 4)))
-        _torchrun(config)
+        _torchrun(str(config))
         one, two = read_metrics(work / "single" / "metrics.jsonl"), read_metrics(work / "dp" / "metrics.jsonl")
         assert [r["step"] for r in one] == [r["step"] for r in two] == [0, 1, 2, 3, 4]
         assert [r.get("tokens") for r in one] == [r.get("tokens") for r in two]  # same rows per step
@@ -89,7 +88,7 @@ def test_two_ranks_match_one_rank_with_accumulation(tiny_qwen2_dir):
         worst = max(abs(b["loss"] - a["loss"]) / a["loss"] for a, b in zip(one[1:], two[1:]))
         print(f"2 ranks vs 1 rank x gas 2: max relative loss difference {worst:.2e}")
 
-        _torchrun(config, "train.max_steps=6", "resume=true")
+        _torchrun("--resume", str(work / "dp"), "train.max_steps=6")
         resumed = read_metrics(work / "dp" / "metrics.jsonl")
         assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4, 5, 6] and resumed[:5] == two
         assert (work / "dp" / "final" / "model.safetensors").is_file()

@@ -1,10 +1,10 @@
 """Resume (slow): a stopped or killed run continues to the same weights and loss curve as an uninterrupted one.
 
 At ZeRO stages 0, 2 and 3 (single gloo process, gradient accumulation 2): run A goes 6 steps
-straight; run B stops at step 3 (`train.stop_at_step`), then a second invocation with
-`resume: true` finishes it. The final weights must be bit-identical and every step's loss
-equal: the data stream and the lr are functions of the step, the engine state (weights,
-ZeroMuonClip momentum / Adam moments) comes back from DeepSpeed's checkpoint bit for bit, and
+straight; run B stops at step 3 (`train.stop_at_step`), then a second invocation with `resume: true` (the
+library's field; `k2post sft --resume RUN_DIR` on the command line) finishes it. The final weights must be
+bit-identical and every step's loss equal: the data stream and the lr are functions of the step, the engine
+state (weights, ZeroMuonClip momentum / Adam moments) comes back from DeepSpeed's checkpoint bit for bit, and
 CPU kernels are deterministic for equal inputs. A third run is SIGKILLed in a subprocess
 (`k2post sft`) after its step-3 checkpoint appears and is resumed the same way.
 """
@@ -95,7 +95,7 @@ def test_stop_and_resume_matches_an_uninterrupted_run(work_dir, dataset, tiny_qw
     first = _run(stopped)
     assert not first["completed"] and first["steps"] == 3 and first["final_dir"] is None
     assert sorted(p.name for p in (work_dir / f"stopped{stage}" / "checkpoints").iterdir()) == ["step-2", "step-3"]
-    with pytest.raises(ValueError, match="set resume: true"):
+    with pytest.raises(ValueError, match="continue it with `k2post sft --resume "):
         _run(stopped)  # the run dir holds a run: refused without resume
     stopped["train"].pop("stop_at_step")
     second = _run(stopped, resume=True)
@@ -160,7 +160,10 @@ def test_killed_run_resumes_to_the_same_weights(work_dir, dataset, tiny_qwen2_di
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (run_dir / "final").exists()
-    _cli_sft(work_dir, "killed", raw, "resume=true")
+    done = run_bounded(
+        [sys.executable, "-m", "k2post.cli", "sft", "--resume", str(run_dir)], timeout=420, cwd=REPO, env=env
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["completed"] and summary["resumed_from"] >= 3
     wa, wb = _weights(reference / "final"), _weights(run_dir / "final")

@@ -66,7 +66,10 @@ def test_resume_after_a_crash_gives_the_same_dataset(tmp_path):
     shard = next((cut / "shards").glob("part-*.jsonl"))
     lines = shard.read_text().splitlines(keepends=True)
     shard.write_text("".join(lines[: len(lines) // 2]) + lines[len(lines) // 2][:40])  # a crash mid-line
-    stats = run_synth(_cfg(cut))
+    from k2post_pipelines.synth import main
+
+    assert main(["--resume", str(cut)]) == 0  # the one resume spelling: the run's own config.yaml
+    stats = json.loads((cut / "stats.json").read_text())
     assert _rows(cut / "dataset") == _rows(whole / "dataset")
     assert stats == json.loads((whole / "stats.json").read_text())
     assert len(list((cut / "shards").glob("part-*.jsonl"))) == 2  # the rerun appended a new shard
