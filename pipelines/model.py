@@ -2,9 +2,12 @@
 
     k2post model init --flavor tiny-qwen2 --out artifacts/models/tiny-qwen2 [--seed 0] [--overwrite]
     k2post model flavors
+    k2post model prepare path/to/hf_model --out artifacts/models/mine [--overwrite]   # bring your own model
     python -m k2post_pipelines.model flavors               # the same without the console script
 
-Exit status 2 (one line `k2post model: error: ...`) for an unknown flavor or an existing output dir.
+`prepare` adds K2's special tokens and chat template to any HF causal-LM dir, resizes its embeddings (new
+rows: the mean of the old) and prints what it changed (k2post/models/prepare.py). Exit status 2 (one line
+`k2post model: error: ...`) for an unknown flavor, a dir that is not an HF model, or an existing output dir.
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ def _init(args: argparse.Namespace) -> int:
 
     path = init_model_dir(args.flavor, args.out, seed=args.seed, vocab_size=args.vocab_size, overwrite=args.overwrite)
     print(f"model written to {path}")
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from k2post.models.prepare import check_dirs, prepare_model_dir
+
+    check_dirs(Path(args.source), Path(args.out), args.overwrite)  # a mistake is one line before torch loads
+    report = prepare_model_dir(args.source, args.out, overwrite=args.overwrite)
+    print(report.summary())
     return 0
 
 
@@ -45,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     init.set_defaults(func=_init)
     sub.add_parser("flavors", help="list the model flavors").set_defaults(func=_flavors)
+    prepare = sub.add_parser("prepare", help="add K2's special tokens + chat template to any HF causal-LM dir")
+    prepare.add_argument("source", metavar="HF_DIR", help="an HF causal-LM directory (config.json, weights, tokenizer)")
+    prepare.add_argument("--out", required=True, help="output directory (the source is left as it is)")
+    prepare.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    prepare.set_defaults(func=_prepare)
     return parser
 
 

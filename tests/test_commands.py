@@ -109,8 +109,8 @@ def test_config_errors_come_before_torch_and_vllm_are_imported(tmp_path):
 
 
 def test_usage_errors_are_argparse_s_with_the_same_prefix(capsys):
-    assert main(["sft"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == "k2post sft: error: the following arguments are required: CONFIG"
+    assert main(["synth", "--nope"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "k2post synth: error: unrecognized arguments: --nope"
     assert main(["rl"]) == 2
     assert capsys.readouterr().err == "k2post rl: error: give a CONFIG or --resume RUN_DIR\n"
 
