@@ -23,6 +23,7 @@ define it at module top level.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -35,7 +36,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -168,6 +169,33 @@ def score_item(env: Environment, item: ScoreItem) -> Reward:
     if not isinstance(env, MultiTurnEnvironment):
         raise TypeError(f"environment {env.name!r} is single-turn: give a response, not a state")
     return check_reward(env.score_state(item.task, item.state), bounds)
+
+
+@contextlib.contextmanager
+def _main_file_hidden_if_missing() -> Iterator[None]:
+    """Code run as `python -` / `python -c` has `__main__.__file__` = '<stdin>' (or none): multiprocessing would
+    make each new worker re-run that missing path and die with a traceback. Hidden while a worker starts."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+def unimportable(name: str, hint: EnvHint) -> str | None:
+    """Why reward workers cannot import environment `name` (a class defined in `python -` / `python -c` code,
+    which has no file), or None."""
+    if hint.module != "__main__" or (hint.file and os.path.isfile(hint.file)):
+        return None
+    return (
+        f"environment {name!r} is defined in a script read from stdin or -c: reward worker processes cannot "
+        "import it; save it to a .py file (or a module) and run that, or score with DirectScorer"
+    )
 
 
 def _import_hint(hint: EnvHint) -> None:
@@ -405,7 +433,8 @@ class RewardPool:
         proc = self._ctx.Process(
             target=worker_main, args=(child_conn, list(sys.path), plugins), name="k2post-reward-worker"
         )
-        proc.start()
+        with _main_file_hidden_if_missing():
+            proc.start()
         child_conn.close()
         return _Worker(proc=proc, conn=parent_conn, started=time.monotonic())
 
@@ -454,6 +483,8 @@ class RewardPool:
                 self._hints[name] = EnvHint(cls.__module__, getattr(module, "__file__", None), floor)
             except Exception as err:
                 self._hints[name] = error_text(err)
+            else:
+                self._hints[name] = unimportable(name, self._hints[name]) or self._hints[name]
         return self._hints[name]
 
     def _run(self, items: list[ScoreItem]) -> list[Reward]:

@@ -125,6 +125,22 @@ def episode_samples(
     return out
 
 
+def episode_outputs(episodes: Sequence[Any], rewards: Sequence[Any]) -> list[dict[str, Any]]:
+    """Every episode's outcome, in order (a task's samples follow each other): env, task id, reward, error, the
+    final answer and whether it was cut by the budget."""
+    return [
+        {
+            "env": episode.env_name,
+            "task": episode.task.id,
+            "reward": reward.value,
+            "error": reward.error,
+            "response": final_text(episode) if episode.messages else "",
+            "truncated": bool(episode.truncated),
+        }
+        for episode, reward in zip(episodes, rewards)
+    ]
+
+
 def mean_accuracy(per_env: Mapping[str, Mapping[str, float]]) -> float:
     """Unweighted mean of the environments' accuracies."""
     return sum(m["accuracy"] for m in per_env.values()) / max(len(per_env), 1)
@@ -207,6 +223,7 @@ def build_report(cfg: EvalConfig, episodes: Sequence[Any], rewards: Sequence[Any
         "envs": per_env,
         "env_configs": cfg.env_configs(),
         "samples": episode_samples(episodes, rewards),
+        "episodes": episode_outputs(episodes, rewards),
         "reward_error_samples": error_samples([e.env_name for e in episodes], [r.error for r in rewards]),
         "wall_s": round(wall_s, 2),
     }

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from k2post.toolsets.base import ToolError, Toolset, ToolsetState, tool_spec
 from k2post.toolsets.checks import Checkpoint, Scenario, called, expect, ref_call
@@ -41,7 +41,14 @@ class DomainBlueprint(BaseModel):
     text: str = Field(description="A string field that tasks look up.")
     keys: list[str] = Field(description="Record keys to draw from.")
     texts: list[str] = Field(description="Values to draw the string field from.")
-    number_range: tuple[int, int] = Field((1, 50), description="Range of the integer field.")
+    number_range: tuple[int, int] = Field((1, 50), description="Range of the integer field (low, high).")
+
+    @model_validator(mode="after")
+    def _range_has_room(self) -> "DomainBlueprint":
+        low, high = self.number_range
+        if high - low < 1:
+            raise ValueError(f"number_range ({low}, {high}): needs low < high (tasks change the value within it)")
+        return self
 
 
 BLUEPRINTS: dict[str, DomainBlueprint] = {
@@ -116,7 +123,8 @@ def tool_names(bp: DomainBlueprint) -> dict[str, str]:
 def blueprint_specs(bp: DomainBlueprint) -> tuple[ToolSpec, ...]:
     """The five MCP-style tools of a blueprint."""
     names, key = tool_names(bp), {bp.key: {"type": "string", "description": f"The {bp.entity}'s {bp.key}."}}
-    number = {bp.number: {"type": "integer", "minimum": 0, "description": f"The {bp.number}."}}
+    low, high = bp.number_range  # the schema's bounds are the blueprint's own (a negative range included)
+    number = {bp.number: {"type": "integer", "minimum": low, "maximum": high, "description": f"The {bp.number}."}}
     text = {bp.text: {"type": "string", "description": f"The {bp.text}."}}
     return (
         tool_spec(names["list"], f"List every {bp.entity} with its fields (JSON).", {}, []),

@@ -124,3 +124,18 @@ def test_a_saved_entry_loads_its_plugin_in_a_fresh_process(tmp_path, plugin_env)
         [sys.executable, "-c", code, json.dumps(dumped)], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 0 and done.stdout.strip() == "word_count_saved", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        ("missing_k2_env.py:Env", "mix.yaml: envs.1: 'missing_k2_env.py:Env': file "),
+        ("mathh", "mix.yaml: envs.1.name: unknown environment 'mathh' (did you mean 'math'?)"),
+    ],
+)
+def test_a_bad_second_entry_is_blamed_as_the_second(plugin_env, second, message):
+    from k2post.envs.mix import EnvMixConfig
+
+    with pytest.raises(ValueError) as raised:
+        validate_config(EnvMixConfig, {"envs": [{"name": "math"}, {"name": second}]}, "mix.yaml")
+    assert str(raised.value).startswith(message), str(raised.value)

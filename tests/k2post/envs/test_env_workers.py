@@ -233,3 +233,29 @@ def test_interrupted_batch_leaves_no_stale_results(pool, monkeypatch):
         pool.score_batch([("toy_faulty", {}, task, "raise")] * 2)
     rewards = pool.score_batch([("toy_faulty", {}, task, "ok")] * 3)
     assert [(r.value, r.error) for r in rewards] == [(1.0, None)] * 3
+
+
+def test_an_env_defined_in_stdin_code_says_why_workers_cannot_import_it():
+    """`python - < script` defines and registers an env in __main__ (no file): each reward says so in one line,
+    instead of workers failing with tracebacks."""
+    import subprocess
+    import sys
+
+    script = (
+        "from k2post.envs import Environment, Reward, Task, register_environment\n"
+        "from k2post.envs.workers import RewardPool\n"
+        "@register_environment\n"
+        "class Stdin(Environment):\n"
+        "    name, task_type = 'from_stdin', 'toy'\n"
+        "    def tasks(self, split='train', seed=0, n=None):\n"
+        "        yield Task(id='t', env=self.name, task_type='toy', messages=[])\n"
+        "    def score(self, task, response):\n"
+        "        return Reward(value=1.0)\n"
+        "with RewardPool(num_workers=1, timeout_s=30) as pool:\n"
+        "    (reward,) = pool.score_batch([('from_stdin', {}, next(Stdin().tasks()), 'x')])\n"
+        "print(reward.error)\n"
+    )
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "environment 'from_stdin' is defined in a script read from stdin or -c" in done.stdout
+    assert "Traceback" not in done.stderr

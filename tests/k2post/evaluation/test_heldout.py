@@ -276,3 +276,15 @@ def test_reports_carry_the_first_error_texts_and_fail_past_the_limit(scripted_en
     assert str(raised.value).startswith("test split: 4 of 4 rewards failed (100% > --max-reward-error-fraction 0.5)")
     assert "first: math: ValueError: bad 0" in str(raised.value)
     heldout.check_report_errors(report, 1.0)
+
+
+def test_the_report_lists_every_episode_s_output(scripted_engine):
+    import k2post.evaluation.heldout as heldout
+
+    report = heldout.evaluate(EvalConfig(envs=[EnvEntryConfig(name="math", config={"difficulty": 1})], n=5))
+    episodes = report["episodes"]
+    assert len(episodes) == 5 and [e["task"] for e in episodes] == [s["task"] for s in report["samples"]["math"]] + [
+        e["task"] for e in episodes[3:]
+    ]
+    assert all(e["env"] == "math" and e["reward"] == 1.0 and e["error"] is None for e in episodes)
+    assert all(e["response"].startswith("\\boxed{") and e["truncated"] is False for e in episodes)

@@ -155,3 +155,31 @@ def test_test_split_tasks_are_disjoint_from_train():
     train = {t.scenario.model_dump_json() for t in make_tasks(domain, "train", 40, 0, ["direct"])}
     test = make_tasks(domain, "test", 10, 0, ["direct"])
     assert all(t.scenario.model_dump_json() not in train and t.split == "test" for t in test)
+
+
+def test_a_blueprint_with_a_negative_range_accepts_its_own_reference_solutions():
+    """The schema's bounds come from number_range (a fixed `minimum: 0` rejected negative values)."""
+    freezer = BLUEPRINTS["inventory"].model_copy(
+        update={"domain": "freezer", "number": "celsius", "number_range": (-30, -5)}
+    )
+    domain = build_domains(["freezer"], [freezer])["freezer"]
+    add = next(t for t in domain.tools() if t.name == "add_item")
+    assert add.parameters["properties"]["celsius"] | {"description": ""} == {
+        "type": "integer",
+        "minimum": -30,
+        "maximum": -5,
+        "description": "",
+    }
+    for task in make_tasks(domain, "train", 6, seed=2, personas=list(PERSONAS)):
+        state = domain.new_state(task.scenario)
+        traj = run_trajectory(
+            agent_for(domain).system_prompt,
+            domain.tools(),
+            ReferenceAgent(task, random.Random(0), 0.0),
+            RuleUser(task),
+            RuleToolSimulator(domain.toolset, state),
+            max_turns=8,
+        )
+        assert RubricJudge().judge(task, traj, state.model_dump(mode="json")).accepted, task.id
+    with pytest.raises(ValueError, match=r"number_range \(3, 3\): needs low < high"):
+        BLUEPRINTS["inventory"].model_validate({**BLUEPRINTS["inventory"].model_dump(), "number_range": (3, 3)})
