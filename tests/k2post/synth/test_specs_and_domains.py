@@ -136,18 +136,23 @@ def test_reference_solutions_pass_their_rubric(domain_name):
         scenario_split(t.scenario, 0.1) == "train" for t in tasks
     )
     for task in tasks:
-        state = domain.new_state(task.scenario)
-        traj = run_trajectory(
-            agent_for(domain).system_prompt,
-            domain.tools(),
-            ReferenceAgent(task, random.Random(0), 0.0),
-            RuleUser(task),
-            RuleToolSimulator(domain.toolset, state),
-            max_turns=8,
-        )
-        verdict = RubricJudge().judge(task, traj, state.model_dump(mode="json"))
+        traj, verdict = _reference_run(domain, task)
         assert verdict.accepted, (task.id, verdict.reasons)
         assert traj.messages[1].content.count(task.scenario.prompt) == 1  # the persona wraps the request
+
+
+def _reference_run(domain, task):
+    """The reference agent's trajectory on the rule simulator, and the rubric judge's verdict on it."""
+    state = domain.new_state(task.scenario)
+    traj = run_trajectory(
+        agent_for(domain).system_prompt,
+        domain.tools(),
+        ReferenceAgent(task, random.Random(0), 0.0),
+        RuleUser(task),
+        RuleToolSimulator(domain.toolset, state),
+        max_turns=8,
+    )
+    return traj, RubricJudge().judge(task, traj, state.model_dump(mode="json"))
 
 
 def test_test_split_tasks_are_disjoint_from_train():
@@ -171,15 +176,6 @@ def test_a_blueprint_with_a_negative_range_accepts_its_own_reference_solutions()
         "description": "",
     }
     for task in make_tasks(domain, "train", 6, seed=2, personas=list(PERSONAS)):
-        state = domain.new_state(task.scenario)
-        traj = run_trajectory(
-            agent_for(domain).system_prompt,
-            domain.tools(),
-            ReferenceAgent(task, random.Random(0), 0.0),
-            RuleUser(task),
-            RuleToolSimulator(domain.toolset, state),
-            max_turns=8,
-        )
-        assert RubricJudge().judge(task, traj, state.model_dump(mode="json")).accepted, task.id
+        assert _reference_run(domain, task)[1].accepted, task.id
     with pytest.raises(ValueError, match=r"number_range \(3, 3\): needs low < high"):
         BLUEPRINTS["inventory"].model_validate({**BLUEPRINTS["inventory"].model_dump(), "number_range": (3, 3)})
