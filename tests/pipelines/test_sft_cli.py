@@ -27,7 +27,7 @@ def test_config_errors(capsys):
     assert "train.lr: unknown key" in _one_line_error(capsys, "k2post sft: error: ")
     assert cli_main(["sft", str(REPO / "configs" / "demo.yaml")]) == 2
     assert "the command needs kind 'sft'" in _one_line_error(capsys, "k2post sft: error: ")
-    assert sft_main([]) == 2 and "usage: k2post sft" in capsys.readouterr().err
+    assert sft_main([]) == 2 and capsys.readouterr().err == "k2post sft: error: give a CONFIG or --resume RUN_DIR\n"
 
 
 def test_data_errors_name_the_row(tmp_path, capsys, tiny_qwen2_dir):
@@ -50,7 +50,7 @@ def test_data_errors_name_the_row(tmp_path, capsys, tiny_qwen2_dir):
     err = _one_line_error(capsys, "k2post sft: error: ")
     assert "row 1 (id r1): messages[0].role: Input should be" in err
     assert cli_main(["sft", CONFIG, *overrides[:2], f"data.path={tmp_path / 'nowhere'}"]) == 2
-    assert "is not a directory" in _one_line_error(capsys, "k2post sft: error: ")
+    assert "is not a file or directory" in _one_line_error(capsys, "k2post sft: error: ")
 
 
 def test_existing_run_dir_needs_resume(tmp_path, capsys):
