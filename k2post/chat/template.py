@@ -187,16 +187,24 @@ class RenderedChat:
 SPECIAL_TOKEN_SPLIT = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_TOKENS) + ")")
 
 
+def _own_id(tokenizer: ChatTokenizer, token: str) -> int | None:
+    """The tokenizer's id of `token`, or None when it has none (compared back rather than against unk: some
+    tokenizer classes use a K2 token as unk)."""
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    return token_id if token_id is not None and tokenizer.convert_ids_to_tokens(token_id) == token else None
+
+
+def missing_special_tokens(tokenizer: ChatTokenizer) -> list[str]:
+    """The K2 special tokens the tokenizer has no id for (what `k2post model prepare` adds)."""
+    return [token for token in SPECIAL_TOKENS if _own_id(tokenizer, token) is None]
+
+
 def special_token_ids(tokenizer: ChatTokenizer) -> dict[str, int]:
     """Id of every K2 special token; ValueError when the tokenizer lacks one."""
-    ids: dict[str, int] = {}
-    for token in SPECIAL_TOKENS:
-        token_id = tokenizer.convert_tokens_to_ids(token)
-        # Compare back rather than against unk: some tokenizer classes use a K2 token as unk.
-        if token_id is None or tokenizer.convert_ids_to_tokens(token_id) != token:
-            raise ValueError(f"tokenizer has no id for special token {token!r}")
-        ids[token] = token_id
-    return ids
+    missing = missing_special_tokens(tokenizer)
+    if missing:
+        raise ValueError(f"tokenizer has no id for special token {missing[0]!r} (`k2post model prepare` adds them)")
+    return {token: _own_id(tokenizer, token) for token in SPECIAL_TOKENS}
 
 
 def _labelled_segments(framed: Sequence[tuple[str, str]], add_generation_prompt: bool) -> list[tuple[str, int]]:

@@ -22,8 +22,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k2post.chat.template import CHAT_TEMPLATE_JINJA
-from k2post.chat.tokens import PAD, SPECIAL_TOKENS
+from k2post.chat.template import CHAT_TEMPLATE_JINJA, missing_special_tokens
+from k2post.chat.tokens import PAD
 
 
 class PrepareError(ValueError):
@@ -44,20 +44,15 @@ class PrepareReport:
 
     def summary(self) -> str:
         added = ", ".join(f"{token}={token_id}" for token, token_id in self.added_tokens.items()) or "none"
+        template = "replaced by K2's" if self.template_replaced else "already K2"
         lines = [
             f"prepared {self.source} -> {self.out}",
             f"  special tokens added: {len(self.added_tokens)} ({added})",
             f"  embedding rows: {self.vocab_before} -> {self.vocab_after} (new rows: the mean of the old rows)",
             f"  pad token: {'set to ' + PAD if self.pad_token_set else 'kept'}",
-            f"  chat template: {'replaced by K2' + chr(39) + 's' if self.template_replaced else 'already K2'}",
+            f"  chat template: {template}",
         ]
         return "\n".join(lines)
-
-
-def missing_special_tokens(tokenizer) -> list[str]:
-    """K2 special tokens the tokenizer has no single id for."""
-    vocab = tokenizer.get_vocab()
-    return [token for token in SPECIAL_TOKENS if token not in vocab]
 
 
 def check_dirs(source: Path, out: Path, overwrite: bool) -> None:

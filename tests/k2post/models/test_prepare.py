@@ -9,7 +9,8 @@ import torch
 from k2post.chat.template import CHAT_TEMPLATE_JINJA, render_ids, special_token_ids
 from k2post.chat.tokens import PAD, SPECIAL_TOKENS
 from k2post.chat.types import Message
-from k2post.models.prepare import PrepareError, missing_special_tokens, prepare_model_dir
+from k2post.chat.template import missing_special_tokens
+from k2post.models.prepare import PrepareError, prepare_model_dir
 
 ADDED = [token for token in SPECIAL_TOKENS if token != "<|endoftext|>"]  # the foreign tokenizer has that one
 TEXT = ["the quick brown fox jumps over the lazy dog", "hello world, how are you today?", "numbers 12 345 6789"] * 20
