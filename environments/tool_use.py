@@ -28,16 +28,15 @@ import random
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field, model_validator
+from pathlib import Path
 
-from k2post.toolsets import (
-    TEMPLATES,
-    TEMPLATES_BY_TOOLSET,
-    TOOLSETS,
-    AnyToolsetState,
-    load_state,
-)
-from k2post.toolsets.base import ERROR_PREFIX, SYSTEM_PROMPT, is_error
+from pydantic import BaseModel, Field, PrivateAttr, SerializeAsAny, field_validator, model_validator
+
+from k2post.synth.domains import Domain, build_domains, known_domain_names, load_world
+from k2post.synth.record_store import DomainBlueprint
+from k2post.synth.specs import DomainSpec, load_tool_specs
+from k2post.toolsets import TOOLSETS
+from k2post.toolsets.base import ERROR_PREFIX, SYSTEM_PROMPT, ToolsetState, is_error
 from k2post.toolsets.checks import (
     DEV_FRACTION,
     Scenario,
@@ -61,7 +60,19 @@ ANSWER_PREVIEW_CHARS = 500
 class ToolUseConfig(EnvConfig):
     """Config of the tool-use gym."""
 
-    toolsets: list[str] = Field(default_factory=lambda: list(TOOLSETS), description="Toolsets to draw tasks from.")
+    toolsets: list[str] = Field(
+        default_factory=lambda: list(TOOLSETS),
+        description="Toolsets (domains) to draw tasks from: built-in toolsets, the record-store domains (inventory, "
+        "tickets, recipes, `synthetic_domains`) and the domains of `tool_specs` files.",
+    )
+    tool_specs: list[str] = Field(
+        default_factory=list,
+        description="MCP tool spec files (`tools/list` JSON) or directories whose domains `toolsets` may name; "
+        "simulated from their schemas, with generated tasks (docs/SYNTH.md). Made absolute when the config loads.",
+    )
+    synthetic_domains: list[DomainBlueprint] = Field(
+        default_factory=list, description="Extra record-store domains (as in `k2post synth`) `toolsets` may name."
+    )
     templates: list[str] = Field(
         default_factory=list,
         description="Only these templates (empty: every template of `toolsets`).",
@@ -89,28 +100,51 @@ class ToolUseConfig(EnvConfig):
         "out of `templates`, else those of the other toolsets); none may be a trained one.",
     )
 
+    _domains: dict[str, Domain] | None = PrivateAttr(None)
+
+    @field_validator("tool_specs")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        return [str(Path(path).expanduser().absolute()) for path in paths]
+
+    def spec_domains(self) -> list[DomainSpec]:
+        """The domains of `tool_specs` (ValueError naming the bad file)."""
+        return load_tool_specs(list(self.tool_specs)) if self.tool_specs else []
+
+    def domains(self) -> dict[str, Domain]:
+        """The configured toolsets, then every other built-in toolset (shifted tasks may use those)."""
+        if self._domains is None:
+            names = list(self.toolsets) + [name for name in TOOLSETS if name not in self.toolsets]
+            self._domains = build_domains(names, self.synthetic_domains, self.spec_domains())
+        return self._domains
+
     @model_validator(mode="after")
     def _check(self) -> ToolUseConfig:
-        unknown = sorted(set(self.toolsets) - set(TOOLSETS)) + sorted(set(self.templates) - set(TEMPLATES))
+        known = known_domain_names(self.synthetic_domains, self.spec_domains())
+        unknown = sorted(set(self.toolsets) - set(known))
         if unknown:
-            raise ValueError(f"unknown toolsets/templates {unknown}; known: {sorted(TOOLSETS)}, {sorted(TEMPLATES)}")
-        if self.success_weight + self.checkpoint_weight + self.answer_weight <= 0:
-            raise ValueError("the reward weights must not all be 0")
+            raise ValueError(f"unknown toolsets {unknown}; known: {known} (a tool spec file in `tool_specs` adds one)")
         if not self.toolsets:
             raise ValueError("toolsets must not be empty")
-        allowed = {name for toolset in self.toolsets for name in TEMPLATES_BY_TOOLSET[toolset]}
+        domains = self.domains()
+        every = {name for domain in domains.values() for name in domain.templates}
+        allowed = {name for toolset in self.toolsets for name in domains[toolset].templates}
+        if set(self.templates) - every:
+            raise ValueError(f"unknown templates {sorted(set(self.templates) - every)}; known: {sorted(every)}")
+        if self.success_weight + self.checkpoint_weight + self.answer_weight <= 0:
+            raise ValueError("the reward weights must not all be 0")
         if self.templates and not set(self.templates) <= allowed:
             raise ValueError(f"templates {sorted(set(self.templates) - allowed)} are not in toolsets {self.toolsets}")
         if self.test_fraction + self.dev_fraction >= 1.0:
             raise ValueError("test_fraction + dev_fraction must be below 1 (train needs the rest)")
-        return self._check_shift(allowed)
+        return self._check_shift(allowed, every)
 
-    def _check_shift(self, allowed: set[str]) -> ToolUseConfig:
+    def _check_shift(self, allowed: set[str], every: set[str]) -> ToolUseConfig:
         """Shifted templates must be known and never trained on."""
         if self.shifted_templates is None:
             return self
         trained = set(self.templates or allowed)
-        unknown = sorted(set(self.shifted_templates) - set(TEMPLATES))
+        unknown = sorted(set(self.shifted_templates) - every)
         seen = sorted(set(self.shifted_templates) & trained)
         if unknown or seen or not self.shifted_templates:
             raise ValueError(
@@ -123,7 +157,7 @@ class ToolUseState(BaseModel):
     """One episode: the toolset state, the call log and turn bookkeeping (JSON round-trips)."""
 
     task_id: str = Field(description="Id of the task being played.")
-    world: AnyToolsetState = Field(description="The toolset state the calls act on.")
+    world: SerializeAsAny[ToolsetState] = Field(description="The toolset state the calls act on.")
     calls: list[ToolCallRecord] = Field(default_factory=list, description="Every call, in order.")
     errors: list[str] = Field(default_factory=list, description="Malformed-call messages, in order.")
     turns: int = Field(0, description="Assistant turns taken.")
@@ -132,6 +166,12 @@ class ToolUseState(BaseModel):
     done: bool = Field(False, description="The episode is over.")
     truncated: bool = Field(False, description="It ended by hitting max_turns.")
     final_answer: str = Field("", description="Text of the last assistant turn.")
+
+    @field_validator("world", mode="before")
+    @classmethod
+    def _load_world(cls, value: Any) -> Any:
+        """A dumped world becomes its domain's state class (built-in toolset, spec domain, record store)."""
+        return load_world(value) if isinstance(value, dict) else value
 
 
 def _has_call_tokens(text: str) -> bool:
@@ -225,26 +265,33 @@ class ToolUseEnv(MultiTurnEnvironment):
 
     # --- tasks ---------------------------------------------------------------------------
 
+    def domain(self, name: str) -> Domain:
+        """A configured toolset's domain (simulator, templates, state loader)."""
+        return self.config.domains()[name]
+
+    def _template(self, name: str) -> Any:
+        return next(d.templates[name] for d in self.config.domains().values() if name in d.templates)
+
     def template_names(self) -> list[str]:
         """The templates tasks are drawn from."""
-        names = [name for toolset in self.config.toolsets for name in TEMPLATES_BY_TOOLSET[toolset]]
+        names = [name for toolset in self.config.toolsets for name in self.domain(toolset).templates]
         return [name for name in names if not self.config.templates or name in self.config.templates]
 
     def tools(self) -> list[ToolSpec]:
         """Every tool of the configured toolsets (a task uses those of its own toolset)."""
-        return [spec for toolset in self.config.toolsets for spec in TOOLSETS[toolset].tools()]
+        return [spec for toolset in self.config.toolsets for spec in self.domain(toolset).tools()]
 
     def tools_for(self, task: Task) -> list[ToolSpec]:
         """The tools of the task's toolset."""
-        return TOOLSETS[Scenario.model_validate(task.answer).toolset].tools()
+        return self.domain(Scenario.model_validate(task.answer).toolset).tools()
 
     def shifted_template_names(self) -> list[str]:
         """The unseen templates shifted tasks are drawn from (see `shifted_templates`)."""
         if self.config.shifted_templates is not None:
             return list(self.config.shifted_templates)
         trained = set(self.template_names())
-        same = [n for ts in self.config.toolsets for n in TEMPLATES_BY_TOOLSET[ts] if n not in trained]
-        other = [n for ts in TOOLSETS if ts not in self.config.toolsets for n in TEMPLATES_BY_TOOLSET[ts]]
+        same = [n for ts in self.config.toolsets for n in self.domain(ts).templates if n not in trained]
+        other = [n for ts in TOOLSETS if ts not in self.config.toolsets for n in self.domain(ts).templates]
         if not (same or other):
             raise ValueError(
                 "tool_use: split 'shifted' has no unseen template (every template is trained on): "
@@ -265,7 +312,7 @@ class ToolUseEnv(MultiTurnEnvironment):
         for attempt in range(10_000):
             rng = random.Random(f"tool_use:{split}:{seed}:{index}:{attempt}")
             template = names[rng.randrange(len(names))]
-            scenario = TEMPLATES[template](rng)
+            scenario = self._template(template)(rng)
             if self.split_of(scenario) == bucket and (skip is None or scenario_key(scenario) not in skip):
                 return f"{split}-{seed}-{index}-{template}", scenario
         raise RuntimeError(f"tool_use: no new {split} task found for seed {seed} index {index}")
@@ -275,7 +322,7 @@ class ToolUseEnv(MultiTurnEnvironment):
         return self._task(*self.draw(split, seed, index))
 
     def _task(self, task_id: str, scenario: Scenario) -> Task:
-        toolset = TOOLSETS[scenario.toolset]
+        toolset = self.domain(scenario.toolset).toolset
         system = SYSTEM_PROMPT.format(what=toolset.description, context=toolset.context).strip()
         return Task(
             id=task_id,
@@ -309,14 +356,15 @@ class ToolUseEnv(MultiTurnEnvironment):
 
     def reset(self, task: Task) -> ToolUseState:
         """A fresh episode on the task's initial toolset state."""
-        world = load_state(Scenario.model_validate(task.answer).initial_state)
+        scenario = Scenario.model_validate(task.answer)
+        world = self.domain(scenario.toolset).state_loader(scenario.initial_state)
         if self.config.failure_rate > 0:
             world.failure_rate = self.config.failure_rate
         return ToolUseState(task_id=task.id, world=world, max_turns=self.config.max_turns)
 
     def _execute(self, state: ToolUseState, call: ToolCall) -> str:
         """Run one call on the world and log it; never raises."""
-        toolset = TOOLSETS[state.world.toolset]
+        toolset = self.domain(state.world.toolset).toolset
         try:
             result = toolset.call(state.world, call.name, call.arguments)
             arguments = toolset.canonical_arguments(call.name, call.arguments)

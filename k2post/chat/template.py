@@ -11,6 +11,10 @@ Format (REFERENCE.md, "Tool-call template (K2 as shipped)"); every message reads
 - tool body = `## Return of {tool_call_id}\\n{content}`; system/user body = content;
 - generation prompt = `<|im_begin|>assistant<|im_middle|>`.
 
+Call ids are always rendered in K2 form: both renderers rewrite any other id (OpenAI's `call_abc123`)
+to `functions.NAME:IDX` and point each tool result at the K2 id of the call it answers
+(`assign_tool_call_ids`); K2 ids with the right index are kept as they are.
+
 JSON is `types.dump_json` everywhere, which equals HF's Jinja `tojson`, so `CHAT_TEMPLATE_JINJA`
 (for `tokenizer.apply_chat_template`) renders exactly what `render_text` renders.
 """
@@ -107,9 +111,9 @@ def render_text(
     tools: Sequence[ToolLike] | None = None,
     add_generation_prompt: bool = False,
 ) -> str:
-    """The dialogue as K2 text (validated first: tool results must answer earlier calls)."""
-    checked = as_messages(messages)
-    validate_dialogue(checked)
+    """The dialogue as K2 text, call ids rewritten to K2 form (`assign_tool_call_ids`, which raises
+    ValueError when a tool result answers no earlier call)."""
+    checked = assign_tool_call_ids(messages)
     text = "".join(
         f"{IM_BEGIN}{role}{IM_MIDDLE}{body}{IM_END}" for role, body in _framed_bodies(checked, as_tools(tools))
     )
@@ -140,10 +144,12 @@ def validate_dialogue(messages: Sequence[Message], require_k2_ids: bool = False)
 
 def assign_tool_call_ids(messages: Sequence[MessageLike]) -> list[Message]:
     """Copy of the dialogue with K2 call ids (`functions.NAME:IDX`, IDX dialogue-wide) and
-    tool results re-pointed at the new ids (a reused old id means its latest call).
+    tool results re-pointed at the new ids (a reused old id means its latest call). Idempotent:
+    a dialogue whose ids are already K2 ids with the right index comes back equal.
     Raises ValueError (naming the message index) for a result that answers no earlier call."""
     renamed: dict[str, str] = {}
     result: list[Message] = []
+    call_count = 0
     for position, message in enumerate(as_messages(messages)):
         if message.role == "tool":
             if message.tool_call_id not in renamed:
@@ -151,15 +157,12 @@ def assign_tool_call_ids(messages: Sequence[MessageLike]) -> list[Message]:
             message = message.model_copy(update={"tool_call_id": renamed[message.tool_call_id]})
         calls = []
         for call in message.tool_calls:
-            renamed[call.id] = format_call_id(call.name, _call_count(result) + len(calls))
-            calls.append(call.model_copy(update={"id": renamed[call.id]}))
+            new_id = format_call_id(call.name, call_count)
+            renamed[call.id or new_id] = new_id  # an id-less call is answered by its K2 id
+            calls.append(call.model_copy(update={"id": new_id}))
+            call_count += 1
         result.append(message.model_copy(update={"tool_calls": calls}) if calls else message)
     return result
-
-
-def _call_count(messages: Sequence[Message]) -> int:
-    """Number of tool calls in the messages."""
-    return sum(len(message.tool_calls) for message in messages)
 
 
 # ---------------------------------------------------------------------------- token ids
@@ -230,9 +233,9 @@ def render_ids(
     add_generation_prompt: bool = False,
 ) -> RenderedChat:
     """Tokenize the dialogue piece by piece (special tokens atomic) and build the loss mask:
-    1 on each assistant body and its closing `<|im_end|>`, 0 on headers and other roles."""
-    checked = as_messages(messages)
-    validate_dialogue(checked)
+    1 on each assistant body and its closing `<|im_end|>`, 0 on headers and other roles.
+    Call ids are rewritten to K2 form first, as in `render_text`."""
+    checked = assign_tool_call_ids(messages)
     framed = _framed_bodies(checked, as_tools(tools))
     return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
 
@@ -242,7 +245,7 @@ def render_continuation_ids(
 ) -> RenderedChat:
     """Token ids of messages that continue an already tokenized dialogue (tool results, user
     replies in a rollout), framed exactly as `render_ids` frames them; the call ids they answer
-    live in the earlier part, so they are not validated here."""
+    live in the earlier part, so they are neither validated nor rewritten here."""
     framed = [(message.role, render_body(message)) for message in messages]
     return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
 
@@ -295,8 +298,8 @@ _JINJA_TOOL_CALLS = (
     f"{TOOL_CALLS_BEGIN}"
     "{%- for tool_call in message.tool_calls -%}"
     "{%- set function = tool_call.function if tool_call.function is defined else tool_call -%}"
-    "{%- set call_id = tool_call.id if tool_call.id"
-    " else 'functions.' ~ function.name ~ ':' ~ ns.call_index -%}"
+    "{%- set call_id = 'functions.' ~ function.name ~ ':' ~ ns.call_index -%}"
+    "{%- set ns.calls = ns.calls + [[tool_call.id if tool_call.id else call_id, call_id]] -%}"
     f"{TOOL_CALL_BEGIN}{{{{ call_id }}}}{TOOL_CALL_ARG_BEGIN}" + _JINJA_ARGUMENTS + f"{TOOL_CALL_END}"
     "{%- set ns.call_index = ns.call_index + 1 -%}"
     "{%- endfor -%}"
@@ -304,8 +307,16 @@ _JINJA_TOOL_CALLS = (
     "{%- endif -%}"
 )
 
+_JINJA_RESULT_ID = (
+    "{%- set answered = namespace(id=message.tool_call_id) -%}"
+    "{%- for given_id, k2_id in ns.calls -%}"
+    "{%- if given_id == message.tool_call_id -%}{%- set answered.id = k2_id -%}{%- endif -%}"
+    "{%- endfor -%}"
+)
+"""Sets `answered.id`: the K2 id of the latest earlier call with the tool message's id (the given id when none)."""
+
 CHAT_TEMPLATE_JINJA: str = (
-    _JINJA_CONTENT_MACRO + "{%- set ns = namespace(call_index=0) -%}"
+    _JINJA_CONTENT_MACRO + "{%- set ns = namespace(call_index=0, calls=[]) -%}"
     "{%- if tools -%}"
     f"{IM_BEGIN}{TOOL_DECLARE_ROLE}{IM_MIDDLE}{{{{ tools | tojson }}}}{IM_END}"
     "{%- endif -%}"
@@ -316,7 +327,8 @@ CHAT_TEMPLATE_JINJA: str = (
     + "{{ render_content(message.content) }}"
     + _JINJA_TOOL_CALLS
     + "{%- elif message.role == 'tool' -%}"
-    f"{TOOL_RESULT_PREFIX}{{{{ message.tool_call_id }}}}{{{{ '\\n' }}}}"
+    + _JINJA_RESULT_ID
+    + f"{TOOL_RESULT_PREFIX}{{{{ answered.id }}}}{{{{ '\\n' }}}}"
     "{{ render_content(message.content) }}"
     "{%- else -%}{{ render_content(message.content) }}"
     "{%- endif -%}"
@@ -326,6 +338,9 @@ CHAT_TEMPLATE_JINJA: str = (
     f"{GENERATION_PROMPT}"
     "{%- endif -%}"
 )
-"""HF chat template rendering OpenAI-style dicts exactly like `render_text`. Call arguments
-given as dicts are serialized with `tojson` (same as `dump_json`); argument strings are
-copied verbatim, so they match `render_text` when already in `dump_json` form."""
+"""HF chat template rendering OpenAI-style dicts exactly like `render_text`. Every call is written
+as `functions.NAME:IDX` (IDX dialogue-wide, whatever id it carries) and a tool result names the K2 id
+of the latest earlier call with its `tool_call_id` (kept as given when no earlier call has it, where
+`render_text` raises). Call arguments given as dicts are serialized with `tojson` (same as
+`dump_json`); argument strings are copied verbatim, so they match `render_text` when already in
+`dump_json` form."""

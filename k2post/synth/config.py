@@ -27,10 +27,15 @@ class LLMSamplingConfig(K2Config):
 class SynthConfig(K2Config):
     """Agentic SFT data synthesis: tool specs -> agents -> tasks with rubrics -> trajectories -> judge."""
 
+    renamed_fields = {"tool_specs_dir": "tool_specs (a list of spec files or directories)"}
+
     kind: Literal["synth"] = Field("synth", description="Run config kind; must be 'synth'.")
     out_dir: str = Field("runs/synth", description="Output directory (dataset/, rejected/, shards/, stats.json, ...).")
-    tool_specs_dir: str | None = Field(
-        None, description="Directory of MCP-style JSON tool specs (null: the shipped environments/data/tool_specs)."
+    tool_specs: list[str] = Field(
+        default_factory=list,
+        description="MCP tool spec files (`tools/list` JSON) or directories of them (empty: the shipped "
+        "environments/data/tool_specs). A file named like a built-in domain rewords its tools; any other file is a "
+        "new domain (list it in `domains`), simulated from its schemas (docs/SYNTH.md).",
     )
     domains: list[str] = Field(
         default_factory=lambda: list(DEFAULT_DOMAINS),
@@ -142,18 +147,15 @@ class SynthConfig(K2Config):
             raise ValueError(f"unknown personas {unknown}; known: {sorted(PERSONAS)}")
         from k2post.synth.domains import known_domain_names
 
-        known = known_domain_names(self.synthetic_domains)
+        known = known_domain_names(self.synthetic_domains, self.spec_domains())
         missing = [name for name in self.domains if name not in known]
         if missing:
             raise ValueError(
-                f"unknown domains {missing}; known: {known} (add a synthetic_domains entry to make a new one)"
+                f"unknown domains {missing}; known: {known} (add a tool spec file to `tool_specs` or a "
+                "synthetic_domains entry to make a new one)"
             )
         if self.templates:
-            from k2post.synth.domains import build_domains
-
-            offered = {
-                name: d for d in build_domains(self.domains, self.synthetic_domains).values() for name in d.templates
-            }
+            offered = {name: d for d in self.build_domains().values() for name in d.templates}
             unknown_templates = sorted(set(self.templates) - set(offered))
             if unknown_templates:
                 raise ValueError(
@@ -167,14 +169,22 @@ class SynthConfig(K2Config):
         self._check_direct_templates()
         return self
 
+    def spec_domains(self) -> list:
+        """The DomainSpecs of `tool_specs` (the shipped files when empty); ValueError naming the bad file."""
+        from k2post.synth.specs import SHIPPED_SPECS, load_tool_specs
+
+        return load_tool_specs(list(self.tool_specs) or SHIPPED_SPECS)
+
+    def build_domains(self) -> dict:
+        """The configured domains (k2post.synth.domains.build_domains); ValueError if one cannot be built."""
+        from k2post.synth.domains import build_domains
+
+        return build_domains(self.domains, self.synthetic_domains, self.spec_domains())
+
     def _check_direct_templates(self) -> None:
         if not self.direct_answer_templates:
             return
-        from k2post.synth.domains import build_domains
-
-        synthesized = set(self.templates) or {
-            t for d in build_domains(self.domains, self.synthetic_domains).values() for t in d.templates
-        }
+        synthesized = set(self.templates) or {t for d in self.build_domains().values() for t in d.templates}
         unused = sorted(set(self.direct_answer_templates) - synthesized)
         if unused:
             raise ValueError(

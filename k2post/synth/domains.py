@@ -3,9 +3,10 @@
 Built in: the tool_use gym's toolsets (bank, calendar, filesystem — reused as tool simulators,
 their Scenarios carry rubrics and reference solutions) and the synthetic record-store domains of
 `k2post.synth.record_store` (inventory, tickets, recipes; more from blueprints in the config).
-A registry keyed by name; a duplicate name is an error.
+Any MCP tool spec file makes one more (`spec_domain`: the schema-driven `SpecToolset` and the
+templates of `k2post.toolsets.spec_templates`). A registry keyed by name; a duplicate name is an error.
 
-    domains = build_domains(["bank", "inventory"], extra_blueprints=[])
+    domains = build_domains(["bank", "inventory", "weather"], extra_blueprints=[], spec_domains=specs)
     domain = domains["bank"]; state = domain.new_state(scenario); domain.toolset.call(state, ...)
 """
 
@@ -19,7 +20,10 @@ from typing import Any
 from k2post.toolsets import TEMPLATES_BY_TOOLSET, TOOLSETS, load_state
 from k2post.toolsets.base import Toolset, ToolsetState
 from k2post.toolsets.checks import Scenario
+from k2post.toolsets.spec_templates import spec_templates
+from k2post.toolsets.spec_toolset import SpecState, SpecToolset
 from k2post.chat.types import ToolSpec
+from k2post.synth.specs import DomainSpec
 from k2post.synth.record_store import (
     BLUEPRINTS,
     DomainBlueprint,
@@ -69,25 +73,60 @@ def blueprint_domain(bp: DomainBlueprint) -> Domain:
     )
 
 
-def known_domain_names(extra: list[DomainBlueprint] | None = None) -> list[str]:
-    """Every domain name buildable here (toolsets, built-in blueprints, `extra`)."""
-    return list(TOOLSETS) + list(BLUEPRINTS) + [bp.domain for bp in extra or []]
+def spec_domain(spec: DomainSpec) -> Domain:
+    """A domain over the tools of an MCP spec file, simulated from their schemas."""
+    toolset = SpecToolset(spec.domain, spec.description, spec.tools, spec.output_schemas, spec.annotations)
+    templates = spec_templates(toolset)
+    if not templates:
+        raise DomainError(f"{spec.source}: no tool of domain {spec.domain!r} gives a task whose reference call runs")
+    return Domain(spec.domain, toolset.description, toolset.context, toolset, templates, SpecState.model_validate)
 
 
-def build_domains(names: list[str], extra_blueprints: list[DomainBlueprint] | None = None) -> dict[str, Domain]:
-    """The named domains; DomainError for unknown or duplicate names."""
+def load_world(dump: dict[str, Any]) -> ToolsetState:
+    """Any domain's simulator state from its dump: a built-in toolset's, a spec domain's (`collections`)
+    or a record store's (`records`)."""
+    if dump.get("toolset") in TOOLSETS:
+        return load_state(dump)
+    if "collections" in dump:
+        return SpecState.model_validate(dump)
+    return RecordStoreState.model_validate(dump)
+
+
+def known_domain_names(
+    extra: list[DomainBlueprint] | None = None, spec_domains: list[DomainSpec] | None = None
+) -> list[str]:
+    """Every domain name buildable here (toolsets, built-in blueprints, `extra`, spec files)."""
+    names = list(TOOLSETS) + list(BLUEPRINTS) + [bp.domain for bp in extra or []]
+    return names + [spec.domain for spec in spec_domains or [] if spec.domain not in names]
+
+
+def build_domains(
+    names: list[str],
+    extra_blueprints: list[DomainBlueprint] | None = None,
+    spec_domains: list[DomainSpec] | None = None,
+) -> dict[str, Domain]:
+    """The named domains; DomainError for unknown or duplicate names. A spec file named like a built-in
+    toolset only rewords it (`check_specs`); any other spec domain is simulated from its schemas."""
     extra = {bp.domain: bp for bp in extra_blueprints or []}
-    clash = sorted(set(extra) & (set(TOOLSETS) | set(BLUEPRINTS)))
+    specs = {spec.domain: spec for spec in spec_domains or [] if spec.domain not in TOOLSETS}
+    taken = sorted(set(specs) & set(BLUEPRINTS))
+    if taken:
+        where = specs[taken[0]].source
+        raise DomainError(f"{where}: spec domain {taken[0]!r} is a built-in record-store domain: set another `domain`")
+    clash = sorted(set(extra) & (set(TOOLSETS) | set(BLUEPRINTS) | set(specs)))
     if clash:
-        raise DomainError(f"synthetic domain {clash[0]!r} is already a built-in domain: rename it")
+        raise DomainError(f"synthetic domain {clash[0]!r} is already a built-in or spec domain: rename it")
     if len(set(names)) != len(names):
         raise DomainError(f"domain listed twice in {names}")
     domains = {}
     for name in names:
         if name in TOOLSETS:
             domains[name] = toolset_domain(name)
+        elif name in specs:
+            domains[name] = spec_domain(specs[name])
         elif name in BLUEPRINTS or name in extra:
             domains[name] = blueprint_domain(extra.get(name) or BLUEPRINTS[name])
         else:
-            raise DomainError(f"unknown domain {name!r}; known: {', '.join(known_domain_names(list(extra.values())))}")
+            known = ", ".join(known_domain_names(list(extra.values()), list(specs.values())))
+            raise DomainError(f"unknown domain {name!r}; known: {known} (or add a tool spec file for it)")
     return domains

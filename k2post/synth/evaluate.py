@@ -129,12 +129,19 @@ def call_turn_stats(episode, tokenizer) -> tuple[int, int, int]:
     return with_tokens, well_formed, calls
 
 
-def evaluate_tasks(engine, tasks: list[SynthTask], max_turns: int = 8, max_turn_tokens: int = 160) -> dict[str, Any]:
-    """Play every task greedily with `engine`; tool-call and solve rates."""
+def evaluate_tasks(
+    engine,
+    tasks: list[SynthTask],
+    max_turns: int = 8,
+    max_turn_tokens: int = 160,
+    domains: dict[str, Domain] | None = None,
+) -> dict[str, Any]:
+    """Play every task greedily with `engine`; tool-call and solve rates. `domains`: the tasks' domains
+    (needed for spec and custom record-store domains: `SynthConfig.build_domains()`)."""
     from k2post.rollout.agentic import AgenticRollout, score_episode
     from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
 
-    env = SynthTaskEnv(tasks)
+    env = SynthTaskEnv(tasks, domains)
     cfg = AgenticRolloutConfig(
         max_turns=max_turns, max_turn_tokens=max_turn_tokens, max_episode_tokens=max_turn_tokens * max_turns
     )

@@ -32,11 +32,12 @@ from rich.table import Table
 from k2post.command import UserError
 from k2post.config.loader import dump_yaml
 from k2post.synth.config import SynthConfig
-from k2post.synth.domains import Domain, build_domains
+from k2post.synth.domains import Domain
+from k2post.toolsets import TOOLSETS
 from k2post.synth.gym_tasks import gym_row, gym_tasks
 from k2post.synth.judge import AllJudges, AnswerJudge, Judge, LLMJudge, RubricJudge, TrajectoryVerdict
 from k2post.synth.roles import LLMAgent, LLMToolSimulator, LLMUser, ReferenceAgent, RuleToolSimulator, RuleUser
-from k2post.synth.specs import SHIPPED_SPECS, ToolSpecError, domain_spec_json, load_tool_specs
+from k2post.synth.specs import ToolSpecError, domain_spec_json
 from k2post.synth.tasks import SynthTask, agent_for, make_tasks
 from k2post.synth.trajectory import Trajectory, openai_messages, run_trajectory
 
@@ -49,14 +50,14 @@ class SynthError(UserError, RuntimeError):
 
 
 def check_specs(cfg: SynthConfig, domains: dict[str, Domain], console: Console) -> dict[str, list]:
-    """Load the spec directory; every listed built-in domain's spec must match its simulator's
-    tool names and schemas (descriptions may differ: the file's are shown to the agent)."""
-    loaded = {spec.domain: spec for spec in load_tool_specs(cfg.tool_specs_dir or SHIPPED_SPECS)}
+    """Load the spec files; every listed built-in domain's spec must match its simulator's tool names and
+    schemas (descriptions may differ: the file's are shown to the agent); spec domains use their own."""
+    loaded = {spec.domain: spec for spec in cfg.spec_domains()}
     tools = {}
     for name, domain in domains.items():
         spec = loaded.get(name)
-        if spec is None:
-            tools[name] = domain.tools()  # synthetic domains define their own tools
+        if spec is None or name not in TOOLSETS:
+            tools[name] = domain.tools()  # synthetic and spec domains: the simulator's tools are the spec's
             continue
         theirs = {(t.name, json.dumps(t.parameters, sort_keys=True)) for t in spec.tools}
         ours = {(t.name, json.dumps(t.parameters, sort_keys=True)) for t in domain.tools()}
@@ -68,7 +69,7 @@ def check_specs(cfg: SynthConfig, domains: dict[str, Domain], console: Console) 
         tools[name] = spec.tools
     extra = sorted(set(loaded) - set(domains))
     if extra:
-        console.print(f"note: spec domains {extra} are not in `domains` (no simulator for them here): skipped")
+        console.print(f"note: spec domains {extra} are not in `domains`: skipped (list them there to synthesize them)")
     return tools
 
 
@@ -76,7 +77,11 @@ def write_specs(out: Path, domains: dict[str, Domain], tools: dict[str, list]) -
     target = out / "tool_specs"
     target.mkdir(parents=True, exist_ok=True)
     for name, domain in domains.items():
-        (target / f"{name}.json").write_text(domain_spec_json(name, domain.description, tools[name]))
+        toolset = domain.toolset
+        spec = domain_spec_json(
+            name, domain.description, tools[name], toolset.output_schemas(), toolset.tool_annotations()
+        )
+        (target / f"{name}.json").write_text(spec)
 
 
 def all_tasks(cfg: SynthConfig, domains: dict[str, Domain], split: str, n: int) -> list[SynthTask]:
@@ -133,9 +138,8 @@ def synthesize(
     )
     user = LLMUser(client, task, **sampling) if cfg.user_simulator == "llm" else RuleUser(task)
     if cfg.tool_simulator == "llm":
-        tool_sim = LLMToolSimulator(
-            client, tools, f"{domain.description}; initial state {json.dumps(task.scenario.initial_state)}", **sampling
-        )
+        world = f"{domain.description}; initial state {json.dumps(task.scenario.initial_state)}"
+        tool_sim = LLMToolSimulator(client, tools, world, domain.toolset.output_schemas(), **sampling)
     else:
         tool_sim = RuleToolSimulator(domain.toolset, state, cfg.tool_failure_rate)
     system = agent_for(domain).system_prompt
@@ -288,7 +292,7 @@ def run_synth(cfg: SynthConfig, console: Console | None = None) -> dict[str, Any
     if out.exists() and not cfg.resume:
         shutil.rmtree(out / "shards", ignore_errors=True)
     try:
-        domains = build_domains(cfg.domains, cfg.synthetic_domains)
+        domains = cfg.build_domains()
         tools = check_specs(cfg, domains, console)
     except (ToolSpecError, ValueError) as err:
         raise SynthError(str(err)) from None

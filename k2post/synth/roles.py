@@ -8,16 +8,19 @@
 - user simulator: `RuleUser` phrases the request by persona and nudges an assistant that stops to
   ask; `LLMUser` has an LLM play the persona.
 - tool simulator: `RuleToolSimulator` runs the domain's stateful simulator (controlled randomness
-  through the state's seeded failure rate); `LLMToolSimulator` has an LLM answer calls, with every
-  earlier call and result in its prompt so its answers stay consistent.
+  through the state's seeded failure rate); `LLMToolSimulator` has an LLM answer calls (K2's world
+  model), with every earlier call and result in its prompt so its answers stay consistent, arguments
+  checked against the inputSchema and answers against the outputSchema.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any, Protocol
 
 from k2post.toolsets.base import Toolset, ToolsetState
+from k2post.toolsets.schema import check_arguments, check_value
 from k2post.chat.types import Message, ToolCall, ToolSpec, dump_json, format_call_id
 from k2post.llm.client import LLMClient, ToolLLMClient
 from k2post.synth.tasks import PERSONAS, SynthTask
@@ -185,24 +188,65 @@ class RuleToolSimulator:
 
 
 class LLMToolSimulator:
-    """An LLM answers tool calls; the spec and every earlier call/result are in its prompt."""
+    """An LLM answers tool calls (K2's world model): arguments are checked against the inputSchema first,
+    the spec, the tool's outputSchema and every earlier call/result are in its prompt, and an answer
+    that is not valid against the outputSchema is asked for once more, then becomes an `Error:` result."""
 
-    def __init__(self, client: LLMClient, tools: list[ToolSpec], context: str, **sampling: Any):
+    def __init__(
+        self,
+        client: LLMClient,
+        tools: list[ToolSpec],
+        context: str,
+        output_schemas: dict[str, dict[str, Any]] | None = None,
+        **sampling: Any,
+    ):
         self.client, self.sampling = client, sampling
         self.specs = {tool.name: tool for tool in tools}
+        self.output_schemas = output_schemas or {}
         self.context, self.history = context, []
+        self.invalid_outputs = 0
+
+    def _prompt(self, name: str, arguments: dict[str, Any], problem: str | None) -> str:
+        earlier = "\n".join(f"{n}({dump_json(a)}) -> {r}" for n, a, r in self.history) or "(none)"
+        schema = self.output_schemas.get(name)
+        shape = f"Reply with JSON valid against this output schema: {dump_json(schema)}" if schema else ""
+        retry = f"\nYour previous reply was rejected ({problem}); answer again." if problem else ""
+        return (
+            f"You simulate the tool {name}: {dump_json(self.specs[name].to_openai())}. World: {self.context}\n"
+            f"Earlier calls and results (stay consistent with them):\n{earlier}\n"
+            f"Call: {name}({dump_json(arguments)})\nReply with the tool's result only. {shape}{retry}"
+        )
+
+    def _output_problem(self, name: str, text: str) -> str | None:
+        """Why `text` is not a valid answer of `name` (its outputSchema), or None."""
+        schema = self.output_schemas.get(name)
+        if not text:
+            return "empty result"
+        if schema is None:
+            return None
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return "not JSON"
+        return check_value("result", value, schema)
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         if name not in self.specs:
             return f"Error: unknown tool {name!r} (available: {', '.join(self.specs)})"
-        earlier = "\n".join(f"{n}({dump_json(a)}) -> {r}" for n, a, r in self.history) or "(none)"
-        prompt = (
-            f"You simulate the tool {name}: {dump_json(self.specs[name].to_openai())}. World: {self.context}\n"
-            f"Earlier calls and results (stay consistent with them):\n{earlier}\n"
-            f"Call: {name}({dump_json(arguments)})\nReply with the tool's result only."
-        )
-        result = (
-            self.client.chat([Message(role="user", content=prompt)], **self.sampling).strip() or "Error: empty result"
-        )
-        self.history.append((name, arguments, result))
-        return result
+        problem = check_arguments(self.specs[name].parameters, arguments)
+        if problem is not None:
+            return f"Error: {name}: {problem}"
+        problem = None
+        for _ in range(2):
+            text = self.client.chat(
+                [Message(role="user", content=self._prompt(name, arguments, problem))], **self.sampling
+            )
+            text = text.strip()
+            problem = self._output_problem(name, text)
+            if problem is None:
+                break
+        if problem is not None:
+            self.invalid_outputs += 1
+            text = f"Error: {name}: the simulated result was invalid ({problem})"
+        self.history.append((name, arguments, text))
+        return text

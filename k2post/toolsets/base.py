@@ -85,6 +85,14 @@ class Toolset:
         """The tools of this toolset."""
         return list(self.specs)
 
+    def output_schemas(self) -> dict[str, dict[str, Any]]:
+        """Tool name -> declared MCP outputSchema (the spec-driven simulator's; built-in toolsets have none)."""
+        return {}
+
+    def tool_annotations(self) -> dict[str, dict[str, Any]]:
+        """Tool name -> MCP annotations (readOnlyHint, ...), where a spec declared them."""
+        return {}
+
     def tool_names(self) -> list[str]:
         """Names of the tools, in declaration order."""
         return [spec.name for spec in self.specs]

@@ -2,7 +2,8 @@
 
 Covers the subset the toolsets declare: `type` (string, integer, number, boolean, array,
 object, null), `required`, `additionalProperties: false`, `properties`, `items`, `enum`,
-`minimum`/`maximum`, `minLength`/`maxLength`, `pattern`, `minItems`/`maxItems`. An integral
+`minimum`/`maximum` (and exclusive), `minLength`/`maxLength`, `pattern`, `minItems`/`maxItems`, `const`,
+`anyOf`/`oneOf` (at least one alternative; local `$ref`s are inlined by `schema_values.inline_refs`). An integral
 float (`30.0`) counts as an integer, as in JSON Schema; a bool is never a number; NaN and
 infinities are rejected.
 
@@ -43,6 +44,13 @@ def is_type(value: Any, expected: str) -> bool:
     return json_type_name(value) == expected
 
 
+def bound(schema: dict[str, Any], key: str) -> float | None:
+    """A numeric bound of a schema (`minimum`, `exclusiveMaximum`, ...), or None when absent or not a number
+    (draft-4's boolean `exclusiveMinimum` is not a bound)."""
+    value = schema.get(key)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _check_bounds(path: str, value: Any, schema: dict[str, Any]) -> str | None:
     """Numeric and length bounds of one value."""
     where = f"argument '{path}'"
@@ -53,6 +61,11 @@ def _check_bounds(path: str, value: Any, schema: dict[str, Any]) -> str | None:
             return f"{where} must be >= {schema['minimum']}, got {value}"
         if "maximum" in schema and value > schema["maximum"]:
             return f"{where} must be <= {schema['maximum']}, got {value}"
+        low, high = bound(schema, "exclusiveMinimum"), bound(schema, "exclusiveMaximum")
+        if low is not None and value <= low:
+            return f"{where} must be > {low}, got {value}"
+        if high is not None and value >= high:
+            return f"{where} must be < {high}, got {value}"
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0):
             return f"{where} must have at least {schema['minLength']} characters"
@@ -79,9 +92,23 @@ def _check_array(path: str, value: list[Any], schema: dict[str, Any]) -> str | N
     return None
 
 
+def _check_alternatives(path: str, value: Any, schema: dict[str, Any]) -> str | None:
+    """`const`, and `anyOf`/`oneOf` (one alternative must accept the value; the first one's problem otherwise)."""
+    if "const" in schema and value != schema["const"]:
+        return f"argument '{path}' must be {schema['const']!r}, got {value!r}"
+    options = [o for o in schema.get("anyOf") or schema.get("oneOf") or [] if isinstance(o, dict)]
+    problems = [check_value(path, value, option) for option in options]
+    if problems and all(problems):
+        return problems[0]
+    return None
+
+
 def check_value(path: str, value: Any, schema: dict[str, Any]) -> str | None:
     """The first problem of `value` against `schema`, or None; `path` names the argument."""
     where = f"argument '{path}'"
+    alternative = _check_alternatives(path, value, schema)
+    if alternative is not None:
+        return alternative
     expected = schema.get("type")
     allowed = expected if isinstance(expected, list) else [expected] if expected else []
     if allowed and not any(is_type(value, name) for name in allowed):

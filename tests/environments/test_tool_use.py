@@ -456,3 +456,59 @@ def test_scenario_split_has_a_dev_share_that_synthesis_train_excludes() -> None:
     splits = [scenario_split(s, 0.1) for s in scenarios]
     assert {"train", "dev", "test"} == set(splits)
     assert [scenario_split(s, 0.1, 0.0) for s in scenarios] == [("test" if x == "test" else "train") for x in splits]
+
+
+# --- domains from MCP tool specs and record-store blueprints ----------------------------------------------
+
+WEATHER_SPEC = {
+    "tools": [
+        {
+            "name": "get_forecast",
+            "description": "Forecast for a city.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 3}},
+                "required": ["city", "days"],
+            },
+            "outputSchema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "summary": {"type": "string", "enum": ["dry", "wet"]}},
+                "required": ["city", "summary"],
+            },
+        }
+    ]
+}
+
+
+@pytest.fixture
+def weather_spec(tmp_path: Path) -> Path:
+    path = tmp_path / "weather.json"
+    path.write_text(json.dumps(WEATHER_SPEC))
+    return path
+
+
+@pytest.mark.parametrize("toolset", ["weather", "inventory"])
+def test_spec_and_record_store_domains_are_gym_toolsets(weather_spec: Path, toolset: str) -> None:
+    env = ToolUseEnv(ToolUseConfig(toolsets=[toolset], tool_specs=[str(weather_spec)]))
+    assert {tool.name for tool in env.tools()} <= {t.name for t in env.domain(toolset).tools()}
+    for task in env.tasks("train", seed=0, n=4):
+        state = play(env, task, reference_messages(task))
+        assert state.done and not state.errors and all(call.ok for call in state.calls)
+        assert env.score_state(task, state).value == pytest.approx(1.0)
+        restored = ToolUseState.model_validate(json.loads(state.model_dump_json()))
+        assert type(restored.world) is type(state.world) and restored == state
+        assert env.score_state(task, play(env, task, [Message(role="assistant", content="done")])).value < 1.0
+
+
+def test_spec_paths_are_made_absolute_and_bad_specs_name_the_file(
+    weather_spec: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(weather_spec.parent)
+    assert ToolUseConfig(toolsets=["weather"], tool_specs=["weather.json"]).tool_specs == [str(weather_spec)]
+    with pytest.raises(ValidationError, match=r"unknown toolsets \['weather'\].*tool spec file"):
+        ToolUseConfig(toolsets=["weather"])
+    (tmp_path / "broken.json").write_text(json.dumps({"tools": [{"name": "x y"}]}))
+    with pytest.raises(ValidationError, match=r"broken\.json: tools\[0\]\.name: 'x y' is not a valid tool name"):
+        ToolUseConfig(tool_specs=[str(tmp_path / "broken.json")])
+    with pytest.raises(ValidationError, match=r"nope\.json: tool spec file or directory does not exist"):
+        ToolUseConfig(tool_specs=["nope.json"])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import unicodedata
-
+import json
 import re
+import unicodedata
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ from k2post.chat.template import (
     validate_dialogue,
 )
 from k2post.chat.tokens import IM_END, SPECIAL_TOKENS
-from k2post.chat.types import Message, ToolCall, ToolSpec, dialogue_from_openai
+from k2post.chat.types import Message, ToolCall, ToolSpec, dialogue_from_openai, dump_json
 
 WEATHER = ToolSpec(
     name="get_weather",
@@ -210,6 +210,189 @@ def test_jinja_fills_missing_call_ids_like_python(k2_tokenizer: PreTrainedTokeni
     ]
 
 
+# ---------------------------------------------------------------------------- OpenAI call ids -> K2 ids
+
+_CALL_ID_IN_TEXT = re.compile(re.escape("<|tool_call_begin|>") + "(.*?)" + re.escape("<|tool_call_argument_begin|>"))
+_RESULT_ID_IN_TEXT = re.compile("## Return of (.*)\n")
+
+
+def _call_ids(text: str) -> list[str]:
+    return _CALL_ID_IN_TEXT.findall(text)
+
+
+def _result_ids(text: str) -> list[str]:
+    return _RESULT_ID_IN_TEXT.findall(text)
+
+
+def _oa_call(call_id: str | None, name: str, **arguments: Any) -> dict[str, Any]:
+    call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": dump_json(arguments)}}
+    return call if call_id is None else {"id": call_id, **call}
+
+
+def _oa_assistant(*calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
+    return {"role": "assistant", "content": content, "tool_calls": list(calls)}
+
+
+def _oa_result(call_id: str, content: str = "ok") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+_GO = {"role": "user", "content": "Go"}
+
+# name -> (OpenAI dialogue, rendered call ids, rendered result ids)
+OPENAI_ID_CASES: dict[str, tuple[list[dict[str, Any]], list[str], list[str]]] = {
+    "call_abc123": (
+        [_GO, _oa_assistant(_oa_call("call_abc123", "get_weather", city="Oslo")), _oa_result("call_abc123")],
+        ["functions.get_weather:0"],
+        ["functions.get_weather:0"],
+    ),
+    "reused_across_turns": (
+        [
+            _GO,
+            _oa_assistant(_oa_call("call_1", "f", a=1), content="first"),
+            _oa_result("call_1", "F"),
+            _oa_assistant(_oa_call("call_1", "g")),
+            _oa_result("call_1", "G"),
+            {"role": "assistant", "content": "done"},
+        ],
+        ["functions.f:0", "functions.g:1"],
+        ["functions.f:0", "functions.g:1"],
+    ),
+    "parallel_answered_out_of_order": (
+        [
+            _GO,
+            _oa_assistant(_oa_call("call_a", "f"), _oa_call("call_b", "g", q="x"), _oa_call("call_c", "f")),
+            _oa_result("call_c"),
+            _oa_result("call_a"),
+            _oa_result("call_b"),
+        ],
+        ["functions.f:0", "functions.g:1", "functions.f:2"],
+        ["functions.f:2", "functions.f:0", "functions.g:1"],
+    ),
+    "parallel_same_id": (
+        [_GO, _oa_assistant(_oa_call("dup", "f"), _oa_call("dup", "g")), _oa_result("dup")],
+        ["functions.f:0", "functions.g:1"],
+        ["functions.g:1"],
+    ),
+    "already_k2": (
+        [
+            _GO,
+            _oa_assistant(_oa_call("functions.f:0", "f"), _oa_call("functions.g:1", "g")),
+            _oa_result("functions.g:1"),
+            _oa_assistant(_oa_call("functions.f:2", "f")),
+            _oa_result("functions.f:2"),
+        ],
+        ["functions.f:0", "functions.g:1", "functions.f:2"],
+        ["functions.g:1", "functions.f:2"],
+    ),
+    "k2_wrong_index_and_name": (
+        [
+            _GO,
+            _oa_assistant(_oa_call("functions.f:7", "f"), _oa_call("functions.other:0", "g")),
+            _oa_result("functions.f:7"),
+            _oa_result("functions.other:0"),
+        ],
+        ["functions.f:0", "functions.g:1"],
+        ["functions.f:0", "functions.g:1"],
+    ),
+    "missing_and_openai_ids": (
+        [
+            _GO,
+            _oa_assistant(_oa_call(None, "f"), _oa_call("call_9", "g")),
+            _oa_result("call_9"),
+            _oa_result("functions.f:0"),
+            _oa_assistant(_oa_call("", "h")),
+            _oa_result("functions.h:2"),
+        ],
+        ["functions.f:0", "functions.g:1", "functions.h:2"],
+        ["functions.g:1", "functions.f:0", "functions.h:2"],
+    ),
+}
+
+
+def _arguments_as_dicts(dialogue: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            **data,
+            "tool_calls": [
+                {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                for c in data["tool_calls"]
+            ],
+        }
+        if data.get("tool_calls")
+        else data
+        for data in dialogue
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(OPENAI_ID_CASES))
+@pytest.mark.parametrize("arguments_as_dict", [False, True])
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_openai_ids_render_as_k2_ids_in_jinja_and_python(
+    k2_tokenizer: PreTrainedTokenizerFast, name: str, arguments_as_dict: bool, with_tools: bool
+) -> None:
+    dialogue, call_ids, result_ids = OPENAI_ID_CASES[name]
+    dialogue = _arguments_as_dicts(dialogue) if arguments_as_dict else dialogue
+    tools = [WEATHER.to_openai()] if with_tools else None
+    jinja_text = k2_tokenizer.apply_chat_template(dialogue, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert jinja_text == render_text(dialogue, tools=tools, add_generation_prompt=True)
+    assert jinja_text == render_ids(k2_tokenizer, dialogue, tools=tools, add_generation_prompt=True).text
+    assert (_call_ids(jinja_text), _result_ids(jinja_text)) == (call_ids, result_ids)
+    k2_dialogue = assign_tool_call_ids(dialogue)
+    validate_dialogue(k2_dialogue, require_k2_ids=True)
+    assert assign_tool_call_ids(k2_dialogue) == k2_dialogue  # idempotent
+    k2_dicts = [message.to_openai() for message in k2_dialogue]
+    assert k2_tokenizer.apply_chat_template(k2_dicts, tools=tools, tokenize=False, add_generation_prompt=True) == (
+        jinja_text
+    )
+
+
+def test_k2_ids_are_rendered_unchanged() -> None:
+    messages, tools = DIALOGUES["tool_round"]
+    assert assign_tool_call_ids(messages) == messages
+    text = render_text(messages, tools=tools)
+    assert _call_ids(text) == [call.id for message in messages for call in message.tool_calls]
+    assert _result_ids(text) == [message.tool_call_id for message in messages if message.role == "tool"]
+
+
+def test_require_k2_still_rejects_openai_ids_before_rendering() -> None:
+    dialogue = dialogue_from_openai(OPENAI_ID_CASES["call_abc123"][0])
+    with pytest.raises(ValueError, match="tool call id 'call_abc123' should be 'functions.get_weather:0'"):
+        validate_dialogue(dialogue, require_k2_ids=True)
+    assert _call_ids(render_text(dialogue)) == ["functions.get_weather:0"]  # the renderer rewrites it
+
+
+@pytest.mark.parametrize(
+    ("dialogue", "result_ids", "error"),
+    [
+        (
+            [_GO, _oa_assistant(_oa_call("call_a", "f")), _oa_result("call_a"), _oa_result("call_zzz")],
+            ["functions.f:0", "call_zzz"],
+            "message 3: tool result for 'call_zzz' answers no earlier tool call",
+        ),
+        (
+            [_GO, _oa_result("call_a"), _oa_assistant(_oa_call("call_a", "f"))],
+            ["call_a"],
+            "message 1: tool result for 'call_a' answers no earlier tool call",
+        ),
+        (
+            [_GO, _oa_assistant(_oa_call("call_a", "f")), _oa_result("functions.f:0")],
+            ["functions.f:0"],
+            "message 2: tool result for 'functions.f:0' answers no earlier tool call",
+        ),
+    ],
+    ids=["unknown_id", "result_before_call", "k2_id_of_an_openai_call"],
+)
+def test_unanswered_result_keeps_its_id_in_jinja_and_raises_in_python(
+    k2_tokenizer: PreTrainedTokenizerFast, dialogue: list[dict[str, Any]], result_ids: list[str], error: str
+) -> None:
+    assert _result_ids(k2_tokenizer.apply_chat_template(dialogue, tokenize=False)) == result_ids
+    with pytest.raises(ValueError, match=re.escape(error)):
+        render_text(dialogue)
+    with pytest.raises(ValueError, match=re.escape(error)):
+        render_ids(k2_tokenizer, dialogue)
+
+
 def test_chat_template_is_the_tokenizers(k2_tokenizer: PreTrainedTokenizerFast) -> None:
     assert k2_tokenizer.chat_template == CHAT_TEMPLATE_JINJA
 
@@ -241,8 +424,11 @@ def test_chat_template_is_the_tokenizers(k2_tokenizer: PreTrainedTokenizerFast) 
 def test_validate_dialogue_rejects(messages: list[Message], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         validate_dialogue(messages)
-    with pytest.raises(ValueError, match=error):
-        render_text(messages)
+    if "tool result" in error:  # the renderers raise for unanswered results; repeated ids get renumbered
+        with pytest.raises(ValueError, match=error):
+            render_text(messages)
+    else:
+        assert _call_ids(render_text(messages)) == ["functions.f:0", "functions.f:1"]
 
 
 def test_validate_dialogue_k2_ids() -> None:
@@ -383,3 +569,34 @@ def test_render_ids_property(k2_tokenizer: PreTrainedTokenizerFast, messages: li
         )
         == rendered.text
     )
+
+
+_OPENAI_IDS = st.sampled_from(["call_1", "call_2", "call_abc123", "functions.f:0", "functions.g:1", ""])
+
+
+@st.composite
+def _openai_id_dialogues(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Dialogues whose call ids are arbitrary (reused, K2-looking, missing); results answer given ids."""
+    dialogue: list[dict[str, Any]] = []
+    answerable: list[str] = []
+    for _ in range(draw(st.integers(1, 3))):
+        dialogue.append({"role": "user", "content": draw(_PLAIN_TEXT)})
+        names = draw(st.lists(st.sampled_from(["f", "g", "h"]), min_size=1, max_size=3))
+        calls = [_oa_call(draw(_OPENAI_IDS), name) for name in names]
+        dialogue.append(_oa_assistant(*calls, content=draw(_PLAIN_TEXT)))
+        answerable += [
+            c.get("id") or f"functions.{c['function']['name']}:{len(answerable) + i}" for i, c in enumerate(calls)
+        ]
+        answered = draw(st.lists(st.sampled_from(answerable), max_size=3))
+        dialogue.extend(_oa_result(call_id, draw(_PLAIN_TEXT)) for call_id in answered)
+    return dialogue
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dialogue=_openai_id_dialogues())
+def test_openai_ids_property(k2_tokenizer: PreTrainedTokenizerFast, dialogue: list[dict[str, Any]]) -> None:
+    jinja_text = k2_tokenizer.apply_chat_template(dialogue, tokenize=False)
+    k2_dialogue = assign_tool_call_ids(dialogue)
+    validate_dialogue(k2_dialogue, require_k2_ids=True)
+    assert jinja_text == render_text(dialogue) == render_text(k2_dialogue)
+    assert _call_ids(jinja_text) == [call.id for message in k2_dialogue for call in message.tool_calls]

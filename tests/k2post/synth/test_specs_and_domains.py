@@ -35,7 +35,11 @@ GOOD_TOOL = {
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ([], "top level must be an object"),
+        ("tools", r"top level must be a tools/list result"),
+        ({"result": {"tools": []}}, r"top level must be a tools/list result"),
+        ([], "tools: must be a non-empty list"),
+        ({"jsonrpc": "2.0", "id": 1, "result": {"tools": []}}, "tools: must be a non-empty list"),
+        ({"tools": [{**GOOD_TOOL, "outputSchema": []}]}, r"tools\[0\]\.outputSchema: must be an object"),
         ({"domain": "bank"}, "tools: must be a non-empty list"),
         ({"domain": "bad name", "tools": [GOOD_TOOL]}, "domain: 'bad name' is not a valid name"),
         ({"domain": "b", "tools": [GOOD_TOOL], "extra": 1}, "extra: unknown key"),

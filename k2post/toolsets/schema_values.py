@@ -1,0 +1,210 @@
+"""Values made from a JSON schema: what the schema-driven tool simulator answers with.
+
+For any tool spec, `sample_value` draws a value valid against a schema (enum, const, anyOf/oneOf,
+string formats, numeric and length bounds, arrays, nested objects), deterministic given the RNG;
+`conform` keeps the fields an existing record already has and fills the rest, so a simulator's
+answers stay consistent with its state; `inline_refs` resolves a schema's local `$ref`s
+(`#/$defs/...`, `#/definitions/...`) so that the checkers and the generator see plain schemas.
+
+    rng = random.Random(0)
+    sample_value({"type": "integer", "minimum": 3, "maximum": 5}, rng)          # 3, 4 or 5
+    output_schema = {"type": "object", "properties": {"city": {"type": "string"}, "temp": {"type": "number"}}}
+    conform({"city": "Paris"}, output_schema, rng)                              # {"city": "Paris", "temp": 41.57}
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from k2post.toolsets.schema import bound, check_value
+
+MAX_DEPTH = 6
+"""Nesting depth past which a recursive schema stops expanding (an empty object or list)."""
+
+WORDS = (
+    "amber", "birch", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper",
+    "kestrel", "lumen", "maple", "nova", "onyx", "pine", "quartz", "river", "sierra", "tundra",
+)  # fmt: skip
+NAMED_VALUES: dict[str, tuple[str, ...]] = {
+    "city": ("Paris", "Lisbon", "Nairobi", "Osaka", "Denver", "Oslo", "Lima", "Hanoi"),
+    "timezone": ("Europe/Paris", "America/New_York", "Asia/Tokyo", "Africa/Nairobi", "Australia/Sydney", "UTC"),
+    "country": ("France", "Kenya", "Japan", "Peru", "Norway", "Canada"),
+    "language": ("English", "French", "Japanese", "Swahili", "Spanish"),
+    "state": ("CA", "NY", "TX", "WA", "CO", "FL"),
+    "color": ("red", "green", "blue", "yellow", "purple"),
+    "status": ("open", "pending", "closed"),
+    "weather": ("sunny", "cloudy", "light rain", "snow", "windy", "fog"),
+    "conditions": ("sunny", "cloudy", "light rain", "snow", "windy", "fog"),
+    "currency": ("EUR", "USD", "JPY", "KES", "NOK"),
+}
+"""Realistic strings for common property names (the name's last word picks the list)."""
+
+
+def _local_ref(root: dict[str, Any], ref: str) -> Any:
+    """The schema a local `#/...` reference points at, or None."""
+    if not ref.startswith("#/"):
+        return None
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def inline_refs(schema: Any, root: dict[str, Any] | None = None, depth: int = 0) -> Any:
+    """`schema` with local `$ref`s replaced by what they point at (recursion stops at MAX_DEPTH with
+    `{}`: any value); `$defs`/`definitions` are dropped from the result. Unresolvable refs become `{}`."""
+    root = schema if root is None else root
+    if isinstance(schema, list):
+        return [inline_refs(item, root, depth) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        target = _local_ref(root, schema["$ref"]) if isinstance(schema["$ref"], str) else None
+        if target is None or depth >= MAX_DEPTH:
+            return {}
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return inline_refs({**target, **rest}, root, depth + 1)
+    return {k: inline_refs(v, root, depth) for k, v in schema.items() if k not in ("$defs", "definitions")}
+
+
+def schema_kind(schema: dict[str, Any]) -> str:
+    """The JSON type a schema asks for (the first non-null of a type list; inferred when absent)."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if isinstance(kind, str):
+        return kind
+    if "properties" in schema:
+        return "object"
+    return "array" if "items" in schema else "string"
+
+
+def _options(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The non-null alternatives of an anyOf/oneOf schema."""
+    options = schema.get("anyOf") or schema.get("oneOf") or []
+    usable = [o for o in options if isinstance(o, dict) and o.get("type") != "null"]
+    return usable or [o for o in options if isinstance(o, dict)]
+
+
+def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float, float]:
+    """(low, high) of a number schema; defaults 1..100 around whichever bound is given."""
+    step = 1 if integer else 0.01
+    low, high = bound(schema, "minimum"), bound(schema, "maximum")
+    above, below = bound(schema, "exclusiveMinimum"), bound(schema, "exclusiveMaximum")
+    low = above + step if low is None and above is not None else low
+    high = below - step if high is None and below is not None else high
+    if low is None:
+        low = min(1, high - 99) if high is not None else 1
+    if high is None:
+        high = low + 99
+    return low, max(low, high)
+
+
+def _format_string(fmt: str, rng: random.Random) -> str | None:
+    """A string of a JSON-schema `format`, or None for formats without a generator."""
+    day = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    hour = f"{rng.randint(0, 23):02d}:{rng.choice((0, 15, 30, 45)):02d}"
+    made = {
+        "date": day,
+        "date-time": f"{day}T{hour}:00Z",
+        "time": f"{hour}:00",
+        "email": f"{rng.choice(WORDS)}{rng.randint(1, 99)}@example.com",
+        "uri": f"https://example.com/{rng.choice(WORDS)}/{rng.randint(1, 999)}",
+        "url": f"https://example.com/{rng.choice(WORDS)}/{rng.randint(1, 999)}",
+        "uuid": "%08x-%04x-4%03x-8%03x-%012x" % tuple(rng.getrandbits(b) for b in (32, 16, 12, 12, 48)),
+        "ipv4": ".".join(str(rng.randint(1, 254)) for _ in range(4)),
+        "hostname": f"{rng.choice(WORDS)}.example.com",
+    }
+    return made.get(fmt)
+
+
+def _string(schema: dict[str, Any], rng: random.Random, name: str) -> str:
+    """A string honouring format, min/maxLength; realistic for common property names."""
+    last = name.lower().split("_")[-1] if name else ""
+    text = _format_string(str(schema.get("format", "")), rng)
+    if text is None:
+        named = NAMED_VALUES.get(last)
+        text = rng.choice(named) if named else f"{rng.choice(WORDS)}-{rng.randint(10, 99)}"
+    low, high = schema.get("minLength", 0), schema.get("maxLength")
+    text = text + "x" * max(0, low - len(text))
+    return text[:high] if isinstance(high, int) else text
+
+
+def _array(schema: dict[str, Any], rng: random.Random, name: str, depth: int) -> list[Any]:
+    low = schema.get("minItems", 1 if depth == 0 else 0)
+    high = min(schema.get("maxItems", 3), max(low, 3))
+    items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+    count = low if depth >= MAX_DEPTH // 2 else rng.randint(low, max(low, high))  # deep (recursive): the fewest
+    return [sample_value(items, rng, name.removesuffix("s"), depth + 1) for _ in range(count)]
+
+
+def _object(schema: dict[str, Any], rng: random.Random, depth: int, complete: bool) -> dict[str, Any]:
+    """Required properties always; optional ones always when `complete`, else half the time."""
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    if depth >= MAX_DEPTH:
+        return {}
+    return {
+        key: sample_value(sub, rng, key, depth + 1, complete)
+        for key, sub in properties.items()
+        if isinstance(sub, dict) and (key in required or complete or rng.random() < 0.5)
+    }
+
+
+def sample_value(schema: Any, rng: random.Random, name: str = "", depth: int = 0, complete: bool = False) -> Any:
+    """A value valid against `schema` (refs inlined first); `name` (the property's) picks realistic strings;
+    `complete`: objects get every property, not only the required ones."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return rng.choice(schema["enum"])
+    if schema.get("anyOf") or schema.get("oneOf"):
+        return sample_value(rng.choice(_options(schema)), rng, name, depth, complete)
+    examples = schema.get("examples")
+    if isinstance(examples, list) and examples and check_value(name or "value", examples[0], schema) is None:
+        return rng.choice(examples)
+    kind = schema_kind(schema)
+    if kind in ("integer", "number"):
+        low, high = _bounds(schema, kind == "integer")
+        if kind == "integer":
+            return rng.randint(math.ceil(low), max(math.ceil(low), math.floor(high)))
+        return round(rng.uniform(low, high), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "array":
+        return _array(schema, rng, name, depth)
+    if kind == "object":
+        return _object(schema, rng, depth, complete)
+    return _string(schema, rng, name)
+
+
+def conform(record: dict[str, Any], schema: dict[str, Any], rng: random.Random) -> Any:
+    """A value valid against an output `schema` that keeps every field of `record` the schema accepts
+    (so answers agree with the simulator's state) and fills the rest with sampled values."""
+    if schema_kind(schema) != "object" or schema.get("anyOf") or schema.get("oneOf"):
+        return sample_value(schema, rng, complete=True)
+    properties = schema.get("properties") or {}
+    closed = schema.get("additionalProperties") is False
+    value = {}
+    for key, sub in properties.items():
+        have = key in record and check_value(key, record[key], sub if isinstance(sub, dict) else {}) is None
+        value[key] = record[key] if have else sample_value(sub, rng, key, 1, complete=True)
+    extra = schema.get("additionalProperties")
+    if not closed:
+        value.update(
+            {
+                k: v
+                for k, v in record.items()
+                if k not in properties and (not isinstance(extra, dict) or check_value(k, v, extra) is None)
+            }
+        )
+    return value
