@@ -16,6 +16,36 @@ from k2post.synth.tasks import PERSONAS
 DEFAULT_DOMAINS = ["bank", "calendar", "filesystem", "inventory", "tickets", "recipes"]
 
 
+DEFAULT_PROMPT_RUBRIC = "The assistant answers the user's last message correctly, completely and helpfully."
+
+
+class PromptDatasetConfig(K2Config):
+    """A chat dataset whose dialogues the LLM agent continues (your own prompts, rejection-sampled)."""
+
+    path: str = Field(
+        "", description="HF dataset saved on disk, JSONL file, or directory of JSONL files (OpenAI/TRL `messages`)."
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="Our column name -> the dataset's (e.g. {messages: conversations})."
+    )
+    limit: int | None = Field(None, gt=0, description="Use only the first `limit` rows (null: all).")
+    label: str | None = Field(None, description="Domain name of the rows (null: the file or directory name).")
+    rubric: str = Field(DEFAULT_PROMPT_RUBRIC, description="What the LLM judge checks the answer against.")
+
+    @model_validator(mode="after")
+    def _has_path(self) -> "PromptDatasetConfig":
+        if not self.path:
+            raise ValueError("path: give the dataset (HF dataset dir, JSONL file or directory of JSONL files)")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The rows' domain: `label`, else the dataset's file or directory name."""
+        from pathlib import Path
+
+        return self.label or Path(self.path).stem
+
+
 class LLMSamplingConfig(K2Config):
     """Sampling of every LLM role (agent, user and tool simulators, judge)."""
 
@@ -45,6 +75,11 @@ class SynthConfig(K2Config):
         default_factory=list,
         description="Single-turn verifiable gyms (math, reasoning_gym) to write reference answers for, judged by the "
         "gym's own verifier.",
+    )
+    prompt_datasets: list[PromptDatasetConfig] = Field(
+        default_factory=list,
+        description="Your own chat datasets: each dialogue, up to its last user message, is continued by the LLM "
+        "agent (tool calls answered by the LLM world model) and kept when the LLM judge accepts it (docs/SYNTH.md).",
     )
     synthetic_domains: list[DomainBlueprint] = Field(
         default_factory=list,
@@ -120,8 +155,9 @@ class SynthConfig(K2Config):
 
     @model_validator(mode="after")
     def _llm_roles_need_endpoint(self) -> "SynthConfig":
-        if not self.domains and not self.gym_tasks:
-            raise ValueError("nothing to synthesize: list tool-use `domains`, `gym_tasks`, or both")
+        if not self.domains and not self.gym_tasks and not self.prompt_datasets:
+            raise ValueError("nothing to synthesize: list tool-use `domains`, `gym_tasks` or `prompt_datasets`")
+        self._check_prompt_datasets()
         gyms = [g.key for g in self.gym_tasks]
         if len(set(gyms)) != len(gyms):
             raise ValueError(
@@ -168,6 +204,18 @@ class SynthConfig(K2Config):
                 )
         self._check_direct_templates()
         return self
+
+    def _check_prompt_datasets(self) -> None:
+        if not self.prompt_datasets:
+            return
+        keys = [entry.key for entry in self.prompt_datasets]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"prompt_datasets must have distinct labels, got {keys}: set `label` on each")
+        if self.agent != "llm" or "llm" not in self.judge:
+            raise ValueError(
+                "prompt_datasets need agent: llm (the reference agent only solves generated tasks) and a judge with "
+                "llm (judge: llm or rubric+llm: these prompts have no rubric the offline judge can check)"
+            )
 
     def spec_domains(self) -> list:
         """The DomainSpecs of `tool_specs` (the shipped files when empty); ValueError naming the bad file."""

@@ -131,11 +131,13 @@ class LLMJudge:
         self.client, self.sampling = client, sampling
 
     def judge(self, task: SynthTask, trajectory: Trajectory, final_state: dict[str, Any]) -> TrajectoryVerdict:
+        return self.judge_lines(task.rubric.describe(), trajectory)
+
+    def judge_lines(self, rubric: list[str], trajectory: Trajectory) -> TrajectoryVerdict:
+        """The verdict on a transcript against rubric lines (any dialogue, not only a SynthTask's)."""
         if trajectory.error:
             return TrajectoryVerdict(accepted=False, reasons=["role_error"], judge="llm")
-        prompt = JUDGE_PROMPT.format(
-            rubric="\n".join(task.rubric.describe()), transcript=transcript(trajectory.messages)
-        )
+        prompt = JUDGE_PROMPT.format(rubric="\n".join(rubric), transcript=transcript(trajectory.messages))
         reply = self.client.chat([Message(role="user", content=prompt)], **self.sampling)
         return parse_judge_reply(reply) or TrajectoryVerdict(accepted=False, reasons=["judge_unparseable"], judge="llm")
 

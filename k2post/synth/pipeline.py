@@ -33,6 +33,7 @@ from k2post.command import UserError
 from k2post.config.loader import dump_yaml
 from k2post.synth.config import SynthConfig
 from k2post.synth.domains import Domain
+from k2post.synth.prompt_rows import prompt_row_id
 from k2post.toolsets import TOOLSETS
 from k2post.synth.gym_tasks import gym_row, gym_tasks
 from k2post.synth.judge import AllJudges, AnswerJudge, Judge, LLMJudge, RubricJudge, TrajectoryVerdict
@@ -280,6 +281,46 @@ def synthesize_gyms(
             progress.update(bar, advance=1, accepted=accepted)
 
 
+def load_prompt_tasks(cfg: SynthConfig, console: Console) -> list:
+    """The rows of every `prompt_datasets` entry; unusable rows are reported (first three) and skipped."""
+    from k2post.sft.sources import SFTDataError
+    from k2post.synth.prompt_rows import prompt_tasks
+
+    tasks = []
+    for entry in cfg.prompt_datasets:
+        try:
+            found, problems = prompt_tasks(entry)
+        except SFTDataError as err:
+            raise SynthError(f"prompt_datasets[{entry.key}]: {err}".replace("data.path", "path")) from None
+        for line in problems[:3]:
+            console.print(f"prompt_datasets[{entry.key}]: skipped {line}")
+        if problems:
+            console.print(f"prompt_datasets[{entry.key}]: {len(problems)} of {len(problems) + len(found)} rows skipped")
+        if not found:
+            raise SynthError(f"prompt_datasets[{entry.key}]: no usable row in {entry.path}")
+        tasks += found
+    return tasks
+
+
+def synthesize_prompts(cfg: SynthConfig, tasks: list, writer: ShardWriter, console: Console) -> None:
+    """The LLM agent continues each prompt (one attempt), the LLM judge decides."""
+    from k2post.synth.prompt_rows import prompt_row
+
+    if not tasks:
+        return
+    client, sampling = _client(cfg), cfg.llm_sampling.model_dump()
+    judge = LLMJudge(client, temperature=0.0, max_tokens=cfg.llm_sampling.max_tokens)
+    with _progress(console) as progress:
+        bar = progress.add_task("synth", total=len(tasks), accepted=0)
+        accepted = 0
+        for task in tasks:
+            tool_sim = LLMToolSimulator(client, task.tools, "the tools of the user's request", **sampling)
+            row = prompt_row(task, LLMAgent(client, **sampling), tool_sim, judge, cfg.max_turns)
+            writer.write(row)
+            accepted += row["accepted"]
+            progress.update(bar, advance=1, accepted=accepted)
+
+
 def gym_row_id(entry_key: str, task_id: str) -> str:
     """A gym row's id: the gym_tasks entry's key (its label, else its env) and the task id."""
     return f"{entry_key}/{task_id}"
@@ -310,11 +351,15 @@ def run_synth(cfg: SynthConfig, console: Console | None = None) -> dict[str, Any
         jobs = [(g, *gym_tasks(g, cfg.seed)) for g in cfg.gym_tasks]
     except ValueError as err:
         raise SynthError(str(err)) from None
+    prompts = load_prompt_tasks(cfg, console)
     wanted = {t.id for t in tasks} | {gym_row_id(g.key, t.id) for g, _, env_tasks in jobs for t in env_tasks}
+    wanted |= {prompt_row_id(t) for t in prompts}
     writer = ShardWriter(out / "shards")
     try:
         synthesize_all(cfg, domains, tools, todo, writer, console)
         synthesize_gyms(cfg, jobs, {r["id"] for r in decided_rows}, writer, console)
+        decided_ids = {r["id"] for r in decided_rows}  # one attempt each, as for gym rows
+        synthesize_prompts(cfg, [t for t in prompts if prompt_row_id(t) not in decided_ids], writer, console)
     finally:
         writer.close()
     rows = [r for r in read_shards(out / "shards") if r["id"] in wanted]

@@ -88,6 +88,30 @@ def run_trajectory(
     return traj
 
 
+class _NoReplies:
+    """The user of a continued dialogue: says nothing more once the assistant has answered."""
+
+    def opening(self) -> str:
+        return ""
+
+    def reply(self, messages: list[Message]) -> str | None:
+        return None
+
+
+def continue_dialogue(
+    messages: list[Message], tools: list[ToolSpec], agent: AgentRole, tool_sim: ToolRole, max_turns: int
+) -> Trajectory:
+    """Continue a given dialogue (ending with a user message) until the assistant answers without tool calls,
+    `max_turns` assistant turns, or a role's error."""
+    traj = Trajectory(messages=list(messages))
+    try:
+        while traj.turns < max_turns and not _step(agent, _NoReplies(), tool_sim, tools, traj):
+            pass
+    except Exception as err:  # a role failing ends this trajectory only
+        traj.error = f"{type(err).__name__}: {err}"
+    return traj
+
+
 def openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
     """The dialogue as OpenAI-style dicts (the dataset's `messages` column)."""
     return [message.to_openai() for message in messages]

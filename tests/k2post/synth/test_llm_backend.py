@@ -7,6 +7,8 @@ eval, and junk ends up as recorded rejects instead of crashes.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from k2post.chat.types import Message
@@ -82,3 +84,23 @@ def test_synthesis_with_every_role_on_the_llm(tmp_path, client_cfg):
         assert verdict["accepted"] or verdict["reasons"]  # junk is a recorded reject, not a crash
         if not verdict["error"]:
             assert verdict["judge"] == "rubric+llm"
+
+
+def test_own_prompts_continued_and_judged_by_the_llm(tmp_path, client_cfg):
+    chats = tmp_path / "chats.jsonl"
+    rows = [
+        {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"}]},
+        {"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": [{"type": "function", "function": {
+            "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]},
+    ]  # fmt: skip
+    chats.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    cfg = SynthConfig(
+        out_dir=str(tmp_path / "out"), domains=[], prompt_datasets=[{"path": str(chats), "label": "mine"}],
+        agent="llm", judge="llm", llm=client_cfg, llm_sampling={"temperature": 0.7, "max_tokens": 24}, max_turns=2,
+    )  # fmt: skip
+    stats = run_synth(cfg)
+    written = read_shards(tmp_path / "out" / "shards")
+    assert stats["trajectories"] == len(written) == 2 and {r["domain"] for r in written} == {"mine"}
+    for row in written:
+        assert row["id"].startswith("mine/row-") and row["messages"][0]["role"] == "user"
+        assert row["verdict"]["accepted"] or row["verdict"]["reasons"]  # junk is a recorded reject
