@@ -214,6 +214,7 @@ def run_golden(
 ) -> list[CaseResult]:
     """Run every case of a golden file (default: the env's own); `isolated` scores via a RewardPool."""
     cls = get_environment(env_name)  # unknown name → EnvironmentRegistryError before reading any file
+    env_name = cls.name  # a plugin reference (`file.py:Class`) is registered under the class's own name
     cases = load_golden(path if path is not None else default_golden_path(env_name), tuple(cls.reward_range))
     if not (isolated or pool):
         scorer = DirectScorer()

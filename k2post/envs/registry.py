@@ -197,7 +197,10 @@ def get_environment(name: str) -> type[Environment]:
     if name not in known:
         close = difflib.get_close_matches(name, list(known), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
-        raise EnvironmentRegistryError(f"unknown environment {name!r} ({hint})")
+        # a process told to load a plugin that it cannot import (a Ray actor without the code) knows the env only
+        # by name: say which plugin failed, not just "unknown"
+        failed = [_DISABLED[ref] for ref in plugin_references() if ref in _DISABLED]
+        raise EnvironmentRegistryError(f"unknown environment {name!r} ({hint})" + "".join(f"; {w}" for w in failed))
     return known[name]
 
 

@@ -10,11 +10,17 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 
-def submit(address: str, env: dict, job_id: str, *command: str, timeout: float) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir REPO -- COMMAND` (waits for the job; its output comes back in stdout)."""
+def submit(
+    address: str, env: dict, job_id: str, *command: str, timeout: float, runtime_env_json: str | None = None
+) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir REPO [--runtime-env-json JSON] -- COMMAND` (waits for the job; its output comes
+    back in stdout). `runtime_env_json` adds to the working dir, e.g. '{"py_modules": ["/abs/path/my_pkg"]}'."""
     argv = [str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--submission-id", job_id]
+    argv += ["--working-dir", str(REPO)]
+    if runtime_env_json is not None:
+        argv += ["--runtime-env-json", runtime_env_json]
     return subprocess.run(
-        [*argv, "--working-dir", str(REPO), "--", *command],
+        [*argv, "--", *command],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -82,3 +82,32 @@ def test_isolated_timeout_flag_reports_hangs(capsys, tmp_path):
     args = ["envs", "test", "toy_faulty", "--golden", str(path), "--isolated", "--workers", "1", "--timeout", "0.5"]
     assert main(args) == 1
     assert "timeout after 0.5s" in capsys.readouterr().out
+
+
+BOOM_ENV = """
+from typing import ClassVar
+from k2post.envs.base import Environment, Task
+
+class BoomEnv(Environment):
+    name: ClassVar[str] = "boom_plugin"
+    task_type: ClassVar[str] = "chat"
+
+    def tasks(self, split="train", seed=0, n=None):
+        for i in range(n or 3):
+            yield Task(id=f"t{i}", env=self.name, task_type="chat", messages=[{"role": "user", "content": "hi"}])
+
+    def score(self, task, response):
+        raise RuntimeError(f"scorer exploded on {task.id}")
+"""
+
+
+@pytest.mark.parametrize("isolated", [[], ["--isolated"]])
+def test_a_file_plugin_is_tested_by_reference_and_its_errors_are_shown(capsys, tmp_path, isolated):
+    source = BOOM_ENV.replace("boom_plugin", f"boom_plugin_{len(isolated)}")  # one env name per file
+    (tmp_path / "boom.py").write_text(source)
+    golden = tmp_path / "boom.jsonl"
+    golden.write_text(json.dumps({"id": "a", "task": {"seed": 0, "split": "train", "index": 1}, "response": "x",
+                                  "expected": 0.0}) + "\n")  # fmt: skip
+    assert main(["envs", "test", f"{tmp_path / 'boom.py'}:BoomEnv", "--golden", str(golden), *isolated]) == 1
+    out = capsys.readouterr().out
+    assert "scoring error; RuntimeError: scorer exploded on t1" in out

@@ -106,6 +106,14 @@ def test_a_broken_env_var_plugin_is_disabled_with_one_warning(tmp_path, monkeypa
         f"'{tmp_path / 'gone.py'}:Env': file '{tmp_path / 'gone.py'}' not found"
     ]
 
+    code = "from k2post.envs import make_environment; make_environment('dice')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]  # a Ray actor asked for the plugin's env by name: why it is unknown
+    assert last.startswith("k2post.envs.registry.EnvironmentRegistryError: unknown environment 'dice' (")
+    assert last.endswith(
+        f"; {PLUGINS_ENV_VAR} entry '{tmp_path / 'gone.py'}:Env': file '{tmp_path / 'gone.py'}' not found"
+    )
+
 
 def test_a_saved_entry_loads_its_plugin_in_a_fresh_process(tmp_path, plugin_env):
     """A run config written after validation names the env and its plugin: a resumed run in a new process (no
