@@ -11,11 +11,16 @@ Rows (`environments/data/code_tasks.jsonl`, 32 small tasks written for this gym,
 (`test_fraction` of the ids are test, the next `dev_fraction` dev). The prompt shows the first `show_tests` tests.
 
 Scoring: the code is the last ```python (or ```py / untagged) fenced block after any
-`</think>`, else the whole response. It runs in `k2post.sandbox` (fresh uid, namespaces,
-rlimits, no network) under `k2post/sandbox/assert_harness.py`, which executes the solution
-and then each test under a per-step timer, and prints one nonce-tagged JSON line per step.
-Nothing of the response is evaluated in this process; the harness output is parsed
-defensively (a missing or garbled line is a failed test). value = fraction of tests passed,
+`</think>`, else the whole response. Each test (one `assert`) is split in this process
+(`k2post.sandbox.trusted_asserts`) into probes — the candidate-side expressions, e.g.
+`reverse_string("hello")` — and the rest of the assertion. The code runs in `k2post.sandbox`
+(fresh uid, namespaces, rlimits, no network) under `k2post/sandbox/assert_harness.py`, which
+executes the solution, evaluates each test's probes under a per-step timer and prints their
+values as tagged plain data (builtin types only), one nonce-tagged JSON line per step. This
+process decodes those values strictly and evaluates the assertion over them with a small AST
+evaluator: the expected values never enter the sandbox, and nothing the candidate controls
+(an `__eq__` that is always true, forged harness lines) decides a verdict. Nothing of the
+response is evaluated in this process. value = fraction of tests passed,
 or 0/1 with `all_or_nothing`; breakdown `test_<i>`; info: passed/total, load and test
 errors, the sandbox outcome, timeouts and the stderr tail. Any response gives a reward in
 [0, 1]; a scoring failure gives 0 with `Reward.error`.
@@ -40,11 +45,19 @@ from k2post.envs.registry import register_environment
 from k2post.envs.splits import check_split, hash_split
 from k2post import sandbox
 from k2post.sandbox import Sandbox, SandboxConfig, SandboxResult
+from k2post.sandbox.trusted_asserts import (
+    AssertSplitError,
+    SplitAssert,
+    ValueDecodeError,
+    check_assert,
+    decode_value,
+    split_assert,
+)
 
 BUILTIN_DATA = Path(__file__).parent / "data" / "code_tasks.jsonl"
 HARNESS = Path(sandbox.__file__).resolve().parent / "assert_harness.py"
 PYTHON_TAGS = frozenset({"python", "py", "python3"})
-_FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE_TAG = re.compile(r"[ \t]*([\w+.-]*)")
 INSTRUCTIONS = "Write the complete solution in Python (standard library only) in one ```python code block."
 MAX_INFO_CHARS = 500
 
@@ -68,10 +81,27 @@ class CodeConfig(EnvConfig):
     sandbox: SandboxConfig = Field(default_factory=_default_sandbox, description="Limits of each scoring run.")
 
 
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(tag, code) of every ``` fenced block, in one linear pass: an opening ``` ends at its line's newline
+    (its tag is the word right after it), the block at the next ``` (or the end of the text)."""
+    blocks, position = [], 0
+    while (start := text.find("```", position)) != -1:
+        newline = text.find("\n", start + 3)
+        if newline == -1:  # no newline after it: neither this nor any later ``` opens a block
+            break
+        tag = _FENCE_TAG.match(text, start + 3, newline)
+        end = text.find("```", newline + 1)
+        blocks.append((tag.group(1).lower() if tag else "", text[newline + 1 : len(text) if end == -1 else end]))
+        if end == -1:
+            break
+        position = end + 3
+    return blocks
+
+
 def extract_code(response: str) -> tuple[str, str]:
     """(code, how): the last python fence, else the last untagged fence, else the whole text."""
     text = response.rsplit("</think>", 1)[-1]
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    blocks = fenced_blocks(text)
     for wanted, how in ((PYTHON_TAGS, "python_fence"), (frozenset({""}), "plain_fence")):
         tagged = [code for tag, code in blocks if tag in wanted]
         if tagged:
@@ -113,9 +143,34 @@ def load_rows(path: str) -> tuple[dict[str, Any], ...]:
             raise ValueError(f"{path}:{number}: tests must be a non-empty list of strings")
         if not isinstance(row.get("prompt"), str) or row.get("id") in seen:
             raise ValueError(f"{path}:{number}: needs a prompt and a unique id")
+        for position, test in enumerate(tests):
+            try:
+                split_tests((test,), row.get("entry_point"))
+            except AssertSplitError as err:
+                raise ValueError(f"{path}:{number}: tests[{position}]: {err}") from None
         seen.add(row["id"])
         rows.append(row)
     return tuple(rows)
+
+
+@cache
+def split_tests(tests: tuple[str, ...], entry_point: str | None) -> tuple[SplitAssert, ...]:
+    """Each test split into its probes and its trusted check (see `k2post.sandbox.trusted_asserts`)."""
+    names = frozenset({entry_point}) if entry_point else frozenset()
+    return tuple(split_assert(test, names) for test in tests)
+
+
+def test_outcome(split: SplitAssert, record: dict[str, Any]) -> tuple[bool, str | None]:
+    """(passed, error) of one test from its harness record: decoded values checked here."""
+    if record.get("ok") is not True:
+        return False, str(record.get("error") or "no result")
+    try:
+        values = [decode_value(value) for value in record.get("values") or []]
+    except ValueDecodeError as err:
+        return False, f"unreadable value: {err}"
+    if check_assert(split, values):
+        return True, None
+    return False, "assertion failed"
 
 
 def _stderr_tail(result: SandboxResult) -> str:
@@ -185,21 +240,25 @@ class CodeEnv(Environment):
         if not code.strip() or len(code) > self.config.max_code_chars:
             info["skipped"] = "no code" if not code.strip() else f"code longer than {self.config.max_code_chars} chars"
             return self._reward([False] * len(tests), info)
+        splits = split_tests(tuple(tests), task.answer.get("entry_point"))
         nonce = secrets.token_hex(16)
+        probes = [list(split.probes) for split in splits]
         files = {
             "solution.py": code.encode("utf-8", "replace"),
-            "tests.json": json.dumps({"tests": tests, "timeout_s": self.config.per_test_timeout_s}),
+            "tests.json": json.dumps({"tests": probes, "timeout_s": self.config.per_test_timeout_s}),
         }
         result = self.sandbox.run_python(_harness_source(), files=files, stdin=(nonce + "\n").encode())
         records = parse_harness(result.stdout, nonce)
-        load = records.get("load", {})
-        passed = [load.get("ok") is True and records.get(str(i), {}).get("ok") is True for i in range(len(tests))]
-        info.update(self._run_info(result, records, len(tests)))
+        loaded = records.get("load", {}).get("ok") is True
+        outcomes = [test_outcome(split, records.get(str(i), {})) for i, split in enumerate(splits)]
+        passed = [loaded and ok for ok, _ in outcomes]
+        info.update(self._run_info(result, records, [error for _, error in outcomes] if loaded else []))
         return self._reward(passed, info)
 
-    def _run_info(self, result: SandboxResult, records: dict[str, dict[str, Any]], total: int) -> dict[str, Any]:
-        steps = [records.get(str(i), {}) for i in range(total)]
-        errors = {str(i): str(step["error"])[:200] for i, step in enumerate(steps) if step.get("error")}
+    def _run_info(
+        self, result: SandboxResult, records: dict[str, dict[str, Any]], test_errors: list[str | None]
+    ) -> dict[str, Any]:
+        errors = {str(i): str(error)[:200] for i, error in enumerate(test_errors) if error}
         load_error = records.get("load", {}).get("error")
         timeouts = sum("timeout" in e for e in errors.values()) + int("timeout" in str(load_error))
         return {

@@ -62,7 +62,12 @@ _EXPLOSIVE = re.compile(
     r"(?:\^|\*\*)\s*(?:\{[^{}]*(?:\^|\*\*)|\([^()]*(?:\^|\*\*)|[\w.]+\s*(?:\^|\*\*))"  # power towers
     r"|(?:\^|\*\*)\s*[{(]?\s*\d{5,}"  # huge exponents
     r"|\d{4,}\s*!"  # huge factorials
+    r"|!\s*!\s*!"  # iterated factorials (10!!!!!!!!)
+    r"|\d{3,}\s*!\s*!"  # double factorials of big numbers
+    r"|[)}\]]\s*!"  # the factorial of an expression ((100!)!): its size has no bound here
+    r"|(?:binom|choose|binomial)[^$]{0,60}?\d{5,}"  # binomials of huge numbers (\binom{1000000}{500000})
 )
+"""Answers sympy could spend seconds to minutes on: math-verify is skipped for them (they score as wrong)."""
 
 
 class MathConfig(EnvConfig):

@@ -79,7 +79,10 @@ class ToolCall(BaseModel):
         function = data.get("function", data)
         arguments = function.get("arguments") or {}
         if isinstance(arguments, str):
-            arguments = json.loads(arguments) if arguments.strip() else {}
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except RecursionError:
+                raise ValueError("tool call arguments are nested too deeply") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"tool call arguments must be a JSON object, got {type(arguments).__name__}")
         return cls(id=data.get("id") or default_id, name=function["name"], arguments=arguments)

@@ -126,8 +126,9 @@ class MultiTurnEnvironment(Environment):
 
     def score(self, task: Task, response: str) -> Reward:
         """Single-turn view: a response without tool calls leaves the state as reset."""
+        text = response if isinstance(response, str) else "" if response is None else str(response)
         state = self.reset(task)
-        self.step(state, Message(role="assistant", content=response))
+        self.step(state, Message(role="assistant", content=text))  # a non-string (model output is hostile): as text
         return self.score_state(task, state)
 
 

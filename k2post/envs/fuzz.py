@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 from hypothesis import strategies as st
@@ -215,7 +216,38 @@ def edge_cases() -> list[str]:
         "\ud7ff\ufffd\U0010ffff",
         "\u202e\u0301" * 1000,
         big_response(),
+        *bomb_cases(),
     ]
+
+
+def bomb_cases() -> list[str]:
+    """Inputs that once hung or crashed a scorer: deep JSON (raw and inside a closed tool call), LaTeX and
+    factorial bombs for sympy, and floods of code fences without a newline (quadratic extraction)."""
+    deep_call = (
+        TOOL_CALLS_BEGIN + TOOL_CALL_BEGIN + "functions.add:0" + TOOL_CALL_ARG_BEGIN
+        + '{"numbers": ' + "[" * 5000 + "]" * 5000 + "}" + TOOL_CALL_END + TOOL_CALLS_END
+    )  # fmt: skip
+    return [
+        '{"a": ' * 3000 + "1" + "}" * 3000,
+        "[" * 100_000 + "]" * 100_000,
+        deep_call,
+        "\\boxed{\\binom{1000000}{500000}}",
+        "\\boxed{{1000000 \\choose 500000}}",
+        "\\boxed{10!!!!!!!!}",
+        "\\boxed{(100!)!}",
+        "\\boxed{999!!}",
+        "The answer is \\dbinom{99999}{4000}.",
+        "```" * 100_000,
+        "```python" * 30_000,
+        "``` \n" * 50_000,
+    ]
+
+
+NON_STRING_RESPONSES: list[Any] = [None, 0, 3.5, True, [], ["x"], {}, {"role": "assistant", "content": 1}, b"bytes"]
+"""What a buggy caller may pass instead of text: scorers must treat it as (bad) text, not raise."""
+MAX_SCORE_CPU_S = 1.0
+"""Most CPU seconds one direct `score` may take (the scorer's own process; a sandbox child is bounded by its
+own limits)."""
 
 
 def big_response(size: int = ONE_MB) -> str:
@@ -253,13 +285,18 @@ def check_reward(env: Environment | type[Environment], reward: Any) -> Reward:
     return reward
 
 
-def score_checked(env: Environment, task: Any, response: str) -> Reward:
-    """env.score must not raise on any response and must stay in range."""
+def score_checked(env: Environment, task: Any, response: Any) -> Reward:
+    """env.score must not raise on any response, must stay in range, and must take at most MAX_SCORE_CPU_S
+    of this process's CPU time."""
+    started = time.process_time()
     try:
         reward = env.score(task, response)
     except Exception as err:
         what = f"{type(err).__name__}: {err}"
-        raise FuzzFailure(f"{env.name}: score raised {what} on response {response[:80]!r}") from err
+        raise FuzzFailure(f"{env.name}: score raised {what} on response {repr(response)[:80]}") from err
+    spent = time.process_time() - started
+    if spent > MAX_SCORE_CPU_S:
+        raise FuzzFailure(f"{env.name}: score took {spent:.1f} s of CPU on response {repr(response)[:80]}")
     return check_reward(env, reward)
 
 

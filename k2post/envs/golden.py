@@ -43,6 +43,9 @@ class GoldenFileError(ValueError):
     """A golden file is missing or malformed; the message names file:line and the field."""
 
 
+MAX_TASK_INDEX = 10_000
+
+
 class TaskRef(BaseModel):
     """A task by position in the environment's own generator."""
 
@@ -50,7 +53,12 @@ class TaskRef(BaseModel):
 
     seed: int = Field(0, description="Generator seed.")
     split: Split = Field("train", description="Split: train, dev, test or shifted (k2post.envs.splits).")
-    index: int = Field(ge=0, description="0-based position in env.tasks(split, seed).")
+    index: int = Field(
+        ge=0,
+        le=MAX_TASK_INDEX,
+        description=f"0-based position in env.tasks(split, seed) (at most {MAX_TASK_INDEX}: the generator is walked "
+        "to it; a later task belongs in the file as a full Task).",
+    )
 
 
 class GoldenCase(BaseModel):
@@ -62,8 +70,10 @@ class GoldenCase(BaseModel):
     task: Task | TaskRef = Field(description="A full Task, or {seed, split, index} into env.tasks().")
     response: str | None = Field(None, description="Final assistant response (single-turn scoring).")
     turns: list[dict[str, Any]] | None = Field(None, description="Assistant messages replayed via reset/step.")
-    expected: float = Field(description="Expected reward value.")
-    tol: float = Field(1e-6, ge=0, description="Absolute tolerance on value and breakdown entries.")
+    expected: float = Field(allow_inf_nan=False, description="Expected reward value (a finite number).")
+    tol: float = Field(
+        1e-6, ge=0, allow_inf_nan=False, description="Absolute tolerance on value and breakdown entries."
+    )
     config: dict[str, Any] = Field(default_factory=dict, description="Environment config for this case.")
     expected_breakdown: dict[str, float] | None = Field(None, description="Expected breakdown entries.")
     expect_error: bool = Field(False, description="The scorer is expected to record an error.")
@@ -119,6 +129,8 @@ def _parse_line(text: str, where: str, number: int) -> GoldenCase:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise GoldenFileError(f"{where}: invalid JSON: {err.msg} (column {err.colno})") from None
+    except RecursionError:
+        raise GoldenFileError(f"{where}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise GoldenFileError(f"{where}: a case must be a JSON object, got {type(data).__name__}")
     try:
@@ -137,7 +149,11 @@ def load_golden(path: str | Path, reward_range: tuple[float, float] | None = Non
         raise GoldenFileError(f"{path}: golden file not found")
     cases: list[GoldenCase] = []
     seen: dict[str, int] = {}
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise GoldenFileError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         case = _parse_line(text, f"{path}:{number}", number)

@@ -241,19 +241,46 @@ class EnvCache:
         return env, True
 
 
-class DirectScorer:
-    """In-process scoring with the pool's error capture (no isolation, no timeout): fast path."""
+class ScoreTimeout(Exception):
+    """A direct score ran past its time (raised by SIGALRM in the main thread)."""
 
-    def __init__(self) -> None:
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise ScoreTimeout in the main thread after `seconds` of wall time (no limit off the main thread, where
+    signals cannot be delivered, or with None). Code blocked inside one C call is interrupted when it returns."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise ScoreTimeout(f"scoring took longer than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class DirectScorer:
+    """In-process scoring with the pool's error capture and, in the main thread, a time limit per item
+    (`timeout_s`; a scorer past it gives an error reward): the fast path (no process isolation)."""
+
+    def __init__(self, timeout_s: float | None = 30.0) -> None:
         self.envs = EnvCache()
         self.stats = PoolStats(workers=0)
+        self.timeout_s = timeout_s
 
     def score(self, item: ScoreItem | Sequence[Any]) -> Reward:
         item = as_item(item)
         try:
-            env, _ = self.envs.get(item.env, item.config)
-            return score_item(env, item)
-        except Exception as err:  # junk output must not crash the caller
+            with time_limit(self.timeout_s):
+                env, _ = self.envs.get(item.env, item.config)
+                return score_item(env, item)
+        except Exception as err:  # junk output must not crash the caller; ScoreTimeout included
             return failed(reward_floor(item.env), error_text(err))
 
     def score_batch(self, items: Iterable[ScoreItem | Sequence[Any]]) -> list[Reward]:

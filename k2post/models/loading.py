@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from k2post.models.config import ModelConfig, is_model_dir
 from k2post.models.flavors import known_flavors
 from k2post.models.init import init_model_dir
+from k2post.models.weights import check_weights
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -25,10 +26,16 @@ def ensure_model(cfg: ModelConfig) -> Path:
     """Return `cfg.path` as an HF model dir, building it from `cfg.flavor` if missing."""
     path = Path(cfg.path)
     if is_model_dir(path):
+        check_weights(path, "model.path")
         return path
-    if cfg.flavor is None:
+    if path.is_file():
         raise FileNotFoundError(
-            f"model.path {cfg.path!r} does not exist and model.flavor is null: set model.flavor "
+            f"model.path {cfg.path!r} is a file, not a model directory (an HF dir with config.json)"
+        )
+    if cfg.flavor is None:
+        state = "has no config.json, so it is not an HF model dir" if path.is_dir() else "does not exist"
+        raise FileNotFoundError(
+            f"model.path {cfg.path!r} {state} and model.flavor is null: set model.flavor "
             f"to one of {known_flavors()} or point model.path at an HF model dir"
         )
     try:
@@ -57,6 +64,7 @@ def load_causal_lm(path: str | Path, dtype: str = "float32") -> PreTrainedModel:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     model_dir = _require_model_dir(path, "load_causal_lm")
+    check_weights(model_dir, "model dir")
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
 
 

@@ -159,8 +159,8 @@ class RLRun:
         from k2post.envs.workers import RewardPool
         from k2post.models.loading import ensure_model
 
-        checkpoint = self.prepare_run_dir()
-        self.envs = {entry.name: entry.make() for entry in self.cfg.envs}
+        self.envs = {entry.name: entry.make() for entry in self.cfg.envs}  # first: a sandbox without isolation
+        checkpoint = self.prepare_run_dir()  # stops the run before it leaves a run dir behind
         self.prompts = PromptPools(self.cfg, self.envs)
         model_dir = checkpoint or ensure_model(self.cfg.model)
         self.reward_pool = RewardPool(num_workers=self.cfg.reward.workers, timeout_s=self.cfg.reward.timeout_s)

@@ -118,6 +118,9 @@ class VLLMEngine:
     """In-process vLLM engine over a HF model directory."""
 
     def __init__(self, model_path: str | Path, cfg: VLLMEngineConfig):
+        from k2post.models.weights import check_weights
+
+        check_weights(model_path, "vLLM model")  # a truncated file is one line, not a loader traceback
         prepare_vllm_env(cfg)
         self.cfg = cfg
         self.model_path = str(model_path)

@@ -13,9 +13,10 @@ capped output, and cleanup by process group, pid namespace and uid sweep.
 
 from k2post.sandbox.config import NetworkMode, SandboxConfig, SandboxResult
 from k2post.sandbox.runner import Sandbox, detect_isolation
-from k2post.sandbox.uids import SandboxError, pids_of_uid
+from k2post.sandbox.uids import IsolationUnavailable, SandboxError, pids_of_uid
 
 __all__ = [
+    "IsolationUnavailable",
     "NetworkMode",
     "Sandbox",
     "SandboxConfig",

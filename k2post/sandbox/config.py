@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from k2post.config.base import K2Config
 
@@ -37,12 +37,24 @@ class SandboxConfig(K2Config):
     seccomp: bool = Field(
         True, description="Install the seccomp deny-list (mount, unshare, ptrace, bpf, io_uring, ...)."
     )
+    require_isolation: bool = Field(
+        True,
+        description="Refuse to run (one line at start, naming what is missing) unless the machine grants root, "
+        "namespaces and seccomp; false: run with whatever it grants (the weaker fallback: docs/SANDBOX.md).",
+    )
     python: str = Field("", description="Interpreter for run_python; empty: the real path of the running one.")
     nice: int = Field(10, ge=0, le=19, description="Niceness added to the sandboxed program.")
     uid_base: int = Field(1_900_000_000, ge=100_000, description="First uid of the range sandbox uids come from.")
     uid_count: int = Field(1024, ge=1, description="Size of the sandbox uid range (one uid per concurrent run).")
     tmp_dir: str = Field("", description="Where temp trees are created; empty: the system temp dir.")
     state_dir: str = Field("", description="Dir of the uid lock files; empty: /run/k2post-sandbox or a temp dir.")
+
+    @model_validator(mode="after")
+    def _isolation_consistent(self) -> "SandboxConfig":
+        off = [name for name in ("namespaces", "seccomp") if not getattr(self, name)]
+        if off and self.require_isolation:
+            raise ValueError(f"{' and '.join(off)}: false turns isolation down: also set require_isolation: false")
+        return self
 
 
 class SandboxResult(BaseModel):

@@ -30,6 +30,7 @@ from typing import Any
 
 from k2post.sandbox.config import SandboxConfig, SandboxResult
 from k2post.sandbox.uids import (
+    IsolationUnavailable,
     LAUNCHER,
     WORLD_WRITABLE,
     SandboxError,
@@ -73,8 +74,34 @@ class Plan:
     root: bool
 
 
+ISOLATION_NEEDS = {
+    "root": "root (a fresh uid per run)",
+    "namespaces": "mount/pid namespaces (a private root and process tree)",
+    "seccomp": "seccomp (the syscall deny-list)",
+}
+
+
+def missing_isolation(caps: Mapping[str, bool]) -> list[str]:
+    """What `require_isolation` needs that this machine does not grant."""
+    return [need for cap, need in ISOLATION_NEEDS.items() if not caps.get(cap)]
+
+
+def check_isolation(config: SandboxConfig, caps: Mapping[str, bool]) -> None:
+    """IsolationUnavailable (one line, naming what is missing and the opt-out) when `require_isolation` is set
+    and the machine lacks something it needs."""
+    missing = missing_isolation(caps)
+    if config.require_isolation and missing:
+        raise IsolationUnavailable(
+            f"the sandbox cannot isolate model-written code here: no {', no '.join(missing)}; run as root on a "
+            "kernel with user namespaces, or set sandbox.require_isolation: false to accept the weaker fallback "
+            "(docs/SANDBOX.md)"
+        )
+
+
 def make_plan(config: SandboxConfig, caps: Mapping[str, bool]) -> Plan:
-    """Pick mechanisms from the config and the machine's capabilities; error if impossible."""
+    """Pick mechanisms from the config and the machine's capabilities; error if impossible (or if
+    `require_isolation` is set and something it needs is missing)."""
+    check_isolation(config, caps)
     netns = config.network != "blocked" and caps["netns"]
     if config.network == "namespace" and not netns:
         raise SandboxError("network='namespace' but no network namespace can be created here")
@@ -243,7 +270,9 @@ class Sandbox:
     """Runs programs under the limits and isolation of a `SandboxConfig`."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
+        """Checks `require_isolation` now, so a run that would score without isolation stops at its start."""
         self.config = config if config is not None else SandboxConfig()
+        check_isolation(self.config, detect_isolation())
 
     def run_python(
         self, code: str, files: Mapping[str, FileContent] | None = None, args: Sequence[str] = (), stdin: bytes = b""

@@ -19,12 +19,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from k2post.command import UserError
+
 LAUNCHER = Path(__file__).with_name("launcher.py")
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 
 
 class SandboxError(RuntimeError):
     """The sandbox cannot run as configured (no uid free, isolation unavailable, ...)."""
+
+
+class IsolationUnavailable(SandboxError, UserError):
+    """`require_isolation` is set and the machine lacks root, namespaces or seccomp (a one-line user error)."""
 
 
 def state_dir(configured: str) -> Path:

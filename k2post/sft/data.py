@@ -160,6 +160,13 @@ def _conversion_error(messages: list[dict[str, Any]], err: Exception) -> str:
 
 def row_dialogue(row: dict[str, Any], tool_call_ids: str) -> tuple[list[Message], list[ToolSpec]]:
     """The row's messages and tools, checked against the schema and the template's dialogue rules."""
+    try:
+        return _row_dialogue(row, tool_call_ids)
+    except RecursionError:
+        raise RowError("nested too deeply (deeper than Python can handle)") from None
+
+
+def _row_dialogue(row: dict[str, Any], tool_call_ids: str) -> tuple[list[Message], list[ToolSpec]]:
     messages = _validated(_json_list(row, "messages"), RowMessage, "messages")
     tools = [ToolSpec.from_openai(tool) for tool in _validated(_json_list(row, "tools"), RowTool, "tools")]
     if not messages:
@@ -286,6 +293,8 @@ def load_sft_data(cfg: SFTDataConfig, tokenizer: Any) -> SFTData:
             _add(report, data, row_example(row, index, tokenizer, cfg), row, cfg)
         except RowError as err:
             _reject(report, BadRow(index, row_id, str(err)), cfg)
+        except RecursionError:  # JSON text or values deeper than Python can walk
+            _reject(report, BadRow(index, row_id, "nested too deeply (deeper than Python can handle)"), cfg)
     _check_usable(report, data, cfg)
     return data
 

@@ -67,6 +67,8 @@ def _json_line(line: str, where: str) -> dict:
         value = json.loads(line)
     except json.JSONDecodeError as err:
         return {PROBLEM_KEY: f"{where}: invalid JSON ({err.msg}, column {err.colno})"}
+    except RecursionError:
+        return {PROBLEM_KEY: f"{where}: JSON nested too deeply"}
     if not isinstance(value, dict):
         return {PROBLEM_KEY: f"{where}: expected a JSON object, got {type(value).__name__}"}
     return value
@@ -100,9 +102,17 @@ def _check_columns(path: Path, rows: list[dict], columns: dict[str, str]) -> Non
 
 
 def canonical_row(row: dict[str, Any], columns: dict[str, str]) -> dict[str, Any]:
-    """The row under our column names, messages/tools cleaned, an id derived when it has none."""
+    """The row under our column names, messages/tools cleaned, an id derived when it has none (a row nested
+    too deeply to clean becomes a bad row saying so)."""
     if PROBLEM_KEY in row:
         return dict(row)
+    try:
+        return _canonical(row, columns)
+    except RecursionError:
+        return {PROBLEM_KEY: f"row {row.get(columns.get('id', 'id'))!r}: nested too deeply"}
+
+
+def _canonical(row: dict[str, Any], columns: dict[str, str]) -> dict[str, Any]:
     out = {ours: row.get(columns.get(ours, ours)) for ours in OUR_COLUMNS}
     for key in ("messages", "tools"):
         if isinstance(out[key], list):

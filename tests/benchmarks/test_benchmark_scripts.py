@@ -28,6 +28,7 @@ CASES = {
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
     "rollout.py": (["--smoke"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
+    "sandbox_backends.py": (["--runs", "2"], {"k2post_ms", "bwrap_ms", "plain_ms", "k2post_over_bwrap", "runs"}),
     "rl_vs_trl.py": (
         ["--smoke", "--sft-model", "none"],
         {"k2post_final_acc", "trl_final_acc", "k2post_s_to_trl_acc", "trl_s", "time_ratio"},
@@ -52,7 +53,14 @@ CASES = {
 # Only the JSON line is checked here, never a timing, so sharing the cores changes nothing: ~70 s less CI.
 TOGETHER = [
     ("critic_calibration.py", "rl_vs_trl.py"),
-    ("muon_step.py", "qk_clip_stress.py", "reward_throughput.py", "rollout.py", "weight_sync.py"),
+    (
+        "muon_step.py",
+        "qk_clip_stress.py",
+        "reward_throughput.py",
+        "rollout.py",
+        "weight_sync.py",
+        "sandbox_backends.py",
+    ),
 ]
 GROUPS = [*TOGETHER, *((script,) for script in sorted(CASES) if not any(script in group for group in TOGETHER))]
 

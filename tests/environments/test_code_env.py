@@ -174,3 +174,20 @@ def test_scoring_through_the_reward_pool() -> None:
     with RewardPool(num_workers=1, timeout_s=20.0) as pool:
         rewards = pool.score_batch([("code", {}, task, good), ("code", {}, task, "nope")])
     assert [r.value for r in rewards] == [1.0, 0.0] and all(r.error is None for r in rewards)
+
+
+def test_a_test_the_trusted_side_cannot_split_is_a_load_error(tmp_path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    row = {"id": "t", "prompt": "p", "tests": ["assert f(1) == 1", "x = f(2)"], "entry_point": "f"}
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=r"tasks\.jsonl:1: tests\[1\]: a test must be one `assert EXPR` statement"):
+        load_rows(str(path))
+
+
+def test_fence_extraction_is_linear_on_fence_floods() -> None:
+    import time
+
+    for flood in ("```" * 100_000, "```python" * 30_000, "```x\n" * 100_000):
+        started = time.process_time()
+        extract_code(flood)
+        assert time.process_time() - started < 0.5

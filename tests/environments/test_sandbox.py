@@ -38,7 +38,7 @@ needs_ns = pytest.mark.skipif(not (CAPS["namespaces"] and CAPS["netns"]), reason
 
 LIMITS = dict(cpu_s=1, wall_s=3.0, memory_mb=256, max_processes=16, max_file_mb=8, max_disk_mb=32)
 CFG = SandboxConfig(**LIMITS, max_inodes=1024, max_open_files=64, max_output_bytes=16384)
-FALLBACK_CFG = CFG.model_copy(update={"namespaces": False, "network": "blocked"})
+FALLBACK_CFG = CFG.model_copy(update={"namespaces": False, "network": "blocked", "require_isolation": False})
 SANDBOX_UIDS = range(CFG.uid_base, CFG.uid_base + CFG.uid_count)
 
 EXPECTED: dict[str, str] = {
@@ -488,8 +488,8 @@ def test_namespace_mode_requires_netns(monkeypatch: pytest.MonkeyPatch) -> None:
 
     caps = {"root": True, "namespaces": False, "netns": False, "seccomp": True}
     with pytest.raises(SandboxError):
-        runner.make_plan(SandboxConfig(network="namespace"), caps)
-    plan = runner.make_plan(SandboxConfig(network="auto"), caps)
+        runner.make_plan(SandboxConfig(network="namespace", require_isolation=False), caps)
+    plan = runner.make_plan(SandboxConfig(network="auto", require_isolation=False), caps)
     assert plan.block_sockets and not plan.netns and not plan.namespaces
 
 
@@ -498,7 +498,8 @@ def test_namespace_mode_requires_netns(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _start_orphanable(wall_s: float, namespaces: bool) -> subprocess.Popen[bytes]:
     """A separate parent process running one sandboxed sleeper; returns once the sleeper runs."""
-    config = CFG.model_copy(update={"wall_s": wall_s, "namespaces": namespaces, "network": "auto"})
+    update = {"wall_s": wall_s, "namespaces": namespaces, "network": "auto", "require_isolation": namespaces}
+    config = CFG.model_copy(update=update)
     script = (
         "import sys; from k2post.sandbox import Sandbox, SandboxConfig\n"
         "Sandbox(SandboxConfig.model_validate_json(sys.argv[1])).run_python('import time; time.sleep(600)')"

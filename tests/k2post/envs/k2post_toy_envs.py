@@ -52,6 +52,7 @@ class ToyEcho(Environment):
             )
 
     def score(self, task: Task, response: str) -> Reward:
+        response = response if isinstance(response, str) else ""  # model output is hostile: not even text
         exact = float(response.strip() == task.answer)
         contains = float(str(task.answer) in response)
         return Reward(value=0.5 * exact + 0.5 * contains, breakdown={"exact": exact, "contains": contains})
@@ -78,7 +79,7 @@ class ToyBoxedSum(Environment):
             )
 
     def score(self, task: Task, response: str) -> Reward:
-        found = BOXED.findall(response)
+        found = BOXED.findall(response if isinstance(response, str) else "")
         if not found:
             return Reward(value=0.0, info={"extracted": None})
         return Reward(value=float(int(found[-1]) == task.answer), info={"extracted": found[-1]})

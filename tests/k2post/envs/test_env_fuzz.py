@@ -20,6 +20,8 @@ from k2post_toy_envs import FAULTY_ENVS
 from k2post.envs import ENTRY_POINT_GROUP, make_environment, registered_environments
 from k2post.envs.fuzz import (
     CASES_RUN,
+    NON_STRING_RESPONSES,
+    bomb_cases,
     check_reward,
     edge_cases,
     episode_checked,
@@ -69,7 +71,9 @@ def pool():
 def _fixed_responses(name: str, task) -> list[str]:
     gold = [f"\\boxed{{{task.answer}}}", str(task.answer)] if task.answer is not None else []
     cases = gold + edge_cases()
-    return cases[:3] + cases[-1:] if name in FEW_EXAMPLES else cases
+    if name in FEW_EXAMPLES:  # a sandbox run each: the first few, and the bombs aimed at this env's extraction
+        return cases[:3] + [case for case in bomb_cases() if case.startswith("```")]
+    return cases
 
 
 @pytest.mark.parametrize("name", ENVS)
@@ -80,9 +84,9 @@ def test_fuzz_environment(name, pool):
     counts = CASES_RUN.setdefault(name, {"direct": 0, "pool": 0})
     sample = _run_direct(name, env, tasks, counts)
     fixed = _fixed_responses(name, tasks[0])
-    for response in fixed:
+    for response in fixed + NON_STRING_RESPONSES:
         score_checked(env, tasks[0], response)
-    counts["direct"] += len(fixed)
+    counts["direct"] += len(fixed) + len(NON_STRING_RESPONSES)
     if env.multi_turn:
         counts["episodes"] = _fuzz_episodes(name, env, tasks)
     items = [(name, {}, tasks[0], response) for response in fixed + sample]

@@ -84,6 +84,15 @@ def test_task_refs_and_full_tasks_load():
             "cases.jsonl:3: id: duplicate id 'a' (first on line 1)",
         ),
         ([""], "cases.jsonl: no cases"),
+        (
+            [{"id": "a", "task": {"seed": 0, "index": 10**9}, "response": "a", "expected": 1}],
+            "cases.jsonl:1: task.index: Input should be less than or equal to 10000",
+        ),
+        (
+            [{"id": "a", "task": TASK, "response": "a", "expected": float("nan")}],
+            "cases.jsonl:1: expected: Input should be a finite number",
+        ),
+        (['{"id": "a", "task": ' + "[" * 5000 + "]" * 5000 + "}"], "cases.jsonl:1: JSON nested too deeply"),
     ],
 )
 def test_load_errors_name_file_line_and_field(tmp_path, lines, message):
@@ -104,6 +113,13 @@ def test_expected_outside_the_reward_range_is_rejected_at_load(tmp_path, expecte
     with pytest.raises(GoldenFileError) as err:
         run_golden("toy_echo", path)
     assert str(err.value) == f"{path}:1: expected: {expected:g} is outside the env's reward_range [0, 1]"
+
+
+def test_a_golden_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"id": "caf\u00e9"}\n'.encode("latin-1"))
+    with pytest.raises(GoldenFileError, match=r"latin1\.jsonl: not UTF-8 text \(byte 11: invalid continuation byte\)"):
+        load_golden(path)
 
 
 def test_missing_file_and_unknown_env(tmp_path):

@@ -259,3 +259,10 @@ def test_an_env_defined_in_stdin_code_says_why_workers_cannot_import_it():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "environment 'from_stdin' is defined in a script read from stdin or -c" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_direct_scoring_is_bounded_in_time_in_the_main_thread():
+    started = time.monotonic()
+    reward = DirectScorer(timeout_s=0.5).score(("toy_faulty", {}, _task("toy_faulty"), "hang"))
+    assert reward.error == "ScoreTimeout: scoring took longer than 0.5 s" and time.monotonic() - started < 5
+    assert DirectScorer(timeout_s=0.5).score(("toy_faulty", {}, _task("toy_faulty"), "fine")).error is None

@@ -25,6 +25,7 @@ def _config(tmp_path, **overrides) -> RLConfig:
     model = tmp_path / "model"
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text("{}")  # a model dir by its shape; the fakes never load it
+    (model / "model.safetensors").write_bytes(b"\x02" + b"\x00" * 7 + b"{}")  # an empty but whole weights file
     raw = {
         "kind": "rl",
         "run_dir": str(tmp_path / "run"),

@@ -138,6 +138,15 @@ BAD_ROWS = [
         _with("tool-schema", tools=json.dumps([{"type": "function", "function": {"description": "x"}}])),
         "tools[0].function.name: Field required",
     ),
+    (
+        _with(
+            "deep-args",
+            messages=_messages(lambda m: m[1]["tool_calls"][0]["function"].update(arguments="[" * 3000 + "]" * 3000)),
+        ),
+        "nested too deeply",
+    ),
+    (_with("deep-messages", messages="[" * 3000 + "]" * 3000), "nested too deeply"),
+    (_with("deep-tools", tools="[" * 3000 + "]" * 3000), "nested too deeply"),
     (_with("ok"), "duplicate id (first used by row 0)"),
 ]
 NON_K2_IDS = _with(
@@ -186,7 +195,7 @@ def test_call_ids_are_renumbered_by_default_or_required_in_k2_form(tmp_path, sft
 
 
 def test_too_many_bad_rows_fail_the_dataset(bad_dataset, sft_tokenizer):
-    with pytest.raises(SFTDataError, match=r"13 of 15 rows are bad \(> data.max_bad_fraction 0.5\); first: row 1"):
+    with pytest.raises(SFTDataError, match=r"16 of 18 rows are bad \(> data.max_bad_fraction 0.5\); first: row 1"):
         load_sft_data(_config(bad_dataset, max_seq_len=256), sft_tokenizer)
 
 
