@@ -86,6 +86,16 @@ def missing_isolation(caps: Mapping[str, bool]) -> list[str]:
     return [need for cap, need in ISOLATION_NEEDS.items() if not caps.get(cap)]
 
 
+_WARNED: set[tuple[str, ...]] = set()
+
+
+def missing_warning(missing: tuple[str, ...]) -> bool:
+    """True the first time this process meets `missing` (the warning is given once, not per sandbox)."""
+    first = missing not in _WARNED
+    _WARNED.add(missing)
+    return first
+
+
 def check_isolation(config: SandboxConfig, caps: Mapping[str, bool]) -> None:
     """IsolationUnavailable (one line, naming what is missing and the opt-out) when `require_isolation` is set
     and the machine lacks something it needs."""
@@ -272,7 +282,11 @@ class Sandbox:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         """Checks `require_isolation` now, so a run that would score without isolation stops at its start."""
         self.config = config if config is not None else SandboxConfig()
-        check_isolation(self.config, detect_isolation())
+        caps = detect_isolation()
+        check_isolation(self.config, caps)
+        missing = missing_isolation(caps)
+        if missing and missing_warning(tuple(missing)):
+            logger.warning("k2post: warning: sandbox without %s (require_isolation: false)", ", ".join(missing))
 
     def run_python(
         self, code: str, files: Mapping[str, FileContent] | None = None, args: Sequence[str] = (), stdin: bytes = b""

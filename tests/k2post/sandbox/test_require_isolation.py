@@ -50,3 +50,13 @@ def test_the_code_gym_stops_when_it_is_built(monkeypatch):
         Sandbox()
     relaxed = {"sandbox": {"require_isolation": False, "seccomp": False}}
     assert make_environment("code", relaxed).sandbox.config.require_isolation is False
+
+
+def test_the_opt_out_warns_once(monkeypatch, caplog):
+    monkeypatch.setattr(runner, "detect_isolation", lambda: {**FULL, "namespaces": False, "netns": False})
+    relaxed = SandboxConfig(require_isolation=False, namespaces=False, network="blocked")
+    with caplog.at_level("WARNING", logger="k2post.sandbox.runner"):
+        Sandbox(relaxed), Sandbox(relaxed)
+    warnings = [r.getMessage() for r in caplog.records if "sandbox without" in r.getMessage()]
+    what = "mount/pid namespaces (a private root and process tree)"
+    assert warnings == [f"k2post: warning: sandbox without {what} (require_isolation: false)"]
