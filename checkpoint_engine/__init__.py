@@ -39,7 +39,8 @@ PushStats(nbytes, n_buckets, n_tensors, elapsed_s, ack_wait_s; .gb_per_s)
 UpdateStats(nbytes, n_buckets, n_tensors, elapsed_s, load_s, verify_s; .gb_per_s)
 Errors (all subclass CheckpointEngineError(RuntimeError)): MetadataError (also ValueError), PeerGoneError
 (also ConnectionError), PeerTimeoutError (also TimeoutError), ReceiverError (sender side: the receiver
-reported a failure), IntegrityError (receiver side: checksum mismatch). Bad register() args: ValueError/TypeError.
+reported a failure), IntegrityError (receiver side: a piece digest mismatch, naming the tensor).
+Bad register() args: ValueError/TypeError.
 sweep_stale_segments(prefix="k2ce") -> list[str]   unlink /dev/shm segments whose creator pid is dead.
 
 `load` gets zero-copy views of the IPC buffer (tensors split across buckets or ranks arrive reassembled):

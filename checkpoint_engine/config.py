@@ -31,7 +31,8 @@ class CheckpointEngineConfig(BaseModel):
     )
     verify_checksum: bool = Field(
         True,
-        description="Compute a per-bucket checksum on the owner rank; the receiver verifies it. Off for benchmarks.",
+        description="Hash every piece from its source on the owner rank (xxh3-64); the receiver checks the bytes "
+        "it got against them and names the tensor on a mismatch. Off for benchmarks.",
     )
     dtype: str | None = Field(
         None,

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from k2post_checkpoint_engine.channel import Channel, connect
-from k2post_checkpoint_engine.checksum import bucket_checksum
+from k2post_checkpoint_engine.checksum import piece_digest
 from k2post_checkpoint_engine.errors import CheckpointEngineError, IntegrityError, PeerGoneError
 from k2post_checkpoint_engine.meta import (
     BucketMeta,
@@ -31,7 +31,6 @@ from k2post_checkpoint_engine.meta import (
     bucket_meta_from_dict,
     dtype_from_str,
     group_pieces,
-    round_up,
     validate_plan,
 )
 from k2post_checkpoint_engine.sender import PROTOCOL_VERSION
@@ -241,7 +240,7 @@ class WeightReceiver:
                 raise CheckpointEngineError(f"{chan.peer}: got bucket {msg.get('i')}, expected {b.index}")
             if verify:
                 t1 = time.perf_counter()
-                self._verify(b, msg.get("sum"))
+                self._verify(b, msg.get("digests"))
                 verify_s += time.perf_counter() - t1
             batch = plan.views[b.index] + self._reassemble(plan.partials[b.index], plan.reassembly, left)
             t1 = time.perf_counter()
@@ -259,13 +258,20 @@ class WeightReceiver:
         chan.send({"t": "done", "update": begin.get("update")})
         return UpdateStats(plan.nbytes, len(plan.buckets), plan.n_tensors, time.perf_counter() - t0, load_s, verify_s)
 
-    def _verify(self, bucket: BucketMeta, expected_sum: Any) -> None:
+    def _verify(self, bucket: BucketMeta, expected: Any) -> None:
+        """Each piece's bytes in the slot against the digest the owner computed from its source tensor."""
+        if not isinstance(expected, list) or len(expected) != len(bucket.tensors):
+            count = len(expected) if isinstance(expected, list) else expected
+            raise IntegrityError(f"bucket {bucket.index}: sender sent {count} digests for {len(bucket.tensors)} pieces")
         slot = self._slots[bucket.buffer_slot]
-        got = int(bucket_checksum(slot[: round_up(bucket.nbytes, 8)]).item())
-        if got != expected_sum:
-            names = [t.name for t in bucket.tensors]
-            where = f"{names[0]!r}..{names[-1]!r}" if names else "no tensors"
-            raise IntegrityError(f"bucket {bucket.index} ({where}): checksum {got} != sender's {expected_sum}")
+        for piece, digest in zip(bucket.tensors, expected):
+            got = piece_digest(slot[piece.offset : piece.offset + piece.nbytes])
+            if got != digest:
+                span = f"bytes {piece.offset}..{piece.offset + piece.nbytes}"
+                raise IntegrityError(
+                    f"tensor {piece.name!r} (bucket {bucket.index}, {span}): digest {got} != sender's {digest}: "
+                    "the bytes that arrived are not the tensor that was sent"
+                )
 
     @staticmethod
     def _reassemble(

@@ -4,9 +4,9 @@ Per bucket k (same plan on every rank):
   1. the owner rank copies its pieces (casting dtype if configured) into the staging buffer:
      on CUDA a separate device buffer (the H2D copy), on CPU straight into IPC slot k % 2;
   2. it waits for the receiver's ack of bucket k-2 (the previous user of slot k % 2);
-  3. the owner moves staging -> slot (CUDA only) and writes the bucket checksum after the data;
+  3. the owner moves staging -> slot (CUDA only); it hashed each piece from its source while copying;
      `dist.broadcast` (group_src=owner) fills slot k % 2 on every rank (skipped when world_size=1);
-  4. each rank with a receiver sends it the bucket's checksum; the receiver loads the slot while
+  4. each rank with a receiver sends it the bucket's piece digests; the receiver checks them, loads the slot while
      the sender already fills and broadcasts bucket k+1 into the other slot.
 The receiver connects to `sender.address`; the handshake shares the two IPC slots (shm names,
 unlinked as soon as the receiver mapped them, or CUDA IPC handles). Every wait has `timeout_s`.
@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from k2post_checkpoint_engine.channel import Channel, accept, listen
-from k2post_checkpoint_engine.checksum import bucket_checksum
+from k2post_checkpoint_engine.checksum import piece_digest, source_piece
 from k2post_checkpoint_engine.config import CheckpointEngineConfig
 from k2post_checkpoint_engine.errors import CheckpointEngineError, PeerGoneError, ReceiverError
 from k2post_checkpoint_engine.meta import BucketMeta, dtype_from_str, plan_buckets, round_up, validate_plan
@@ -91,6 +91,7 @@ class WeightSender:
         self._plan_version, self._dirty = 0, True
         self._plan_nbytes = self._plan_n_tensors = 0
         self._ops: list[list[_CopyOp]] = []
+        self._digests: dict[int, list[str]] = {}  # bucket index -> the owner's piece digests, until it is sent
         self._pieces_per_name: dict[str, int] = {}
         self._chan: Channel | None = None
         self._peer_plan_version = -1
@@ -269,9 +270,9 @@ class WeightSender:
                     self._copy_pieces(b, self._staging, sources)
                 if chan is not None and b.index >= 2:
                     wait_s += self._wait_acks(chan, b.index - 1)
-                checksum = self._fill_and_broadcast(b, sources)
+                digests = self._fill_and_broadcast(b, sources)
                 if chan is not None:
-                    self._send(chan, {"t": "bucket", "i": b.index, "sum": checksum})
+                    self._send(chan, {"t": "bucket", "i": b.index, "digests": digests})
         finally:
             sources.close_all()
         if chan is not None:
@@ -289,9 +290,13 @@ class WeightSender:
         self._send(chan, msg)
 
     def _copy_pieces(self, bucket: BucketMeta, dst: torch.Tensor, sources: MaterializedSources) -> None:
-        """Copy (and cast) this rank's pieces of `bucket` into `dst`; touch collective materializers."""
+        """Copy (and cast) this rank's pieces of `bucket` into `dst`; touch collective materializers. With
+        `verify_checksum`, the owner also hashes each piece from its source (`self._digests[bucket.index]`)."""
+        digests = []
         for op in self._ops[bucket.index]:
             src = sources.get(op.name)
+            if self.config.verify_checksum and op.copy:
+                digests.append(piece_digest(source_piece(src, op.local_start, op.numel, op.dtype)))
             if op.copy and op.numel:
                 out = dst[op.offset : op.offset + op.nbytes].view(op.dtype)
                 if op.whole:
@@ -299,9 +304,10 @@ class WeightSender:
                 else:
                     out.copy_(src.reshape(-1)[op.local_start : op.local_start + op.numel], non_blocking=True)
             sources.done(op.name)
+        self._digests[bucket.index] = digests
 
-    def _fill_and_broadcast(self, bucket: BucketMeta, sources: MaterializedSources) -> int | None:
-        """Fill slot index % 2 on the owner, checksum it, broadcast it; returns the checksum (or None)."""
+    def _fill_and_broadcast(self, bucket: BucketMeta, sources: MaterializedSources) -> list[str] | None:
+        """Fill slot index % 2 on the owner and broadcast it; returns the owner's piece digests (or None)."""
         slot = self._slots[bucket.buffer_slot]
         data_nbytes = round_up(bucket.nbytes, 8)
         owner = bucket.owner == self.rank
@@ -309,18 +315,16 @@ class WeightSender:
             self._copy_pieces(bucket, slot, sources)
         elif owner:
             slot[:data_nbytes].copy_(self._staging[:data_nbytes])
-        trailer = slot[data_nbytes : data_nbytes + 8].view(torch.int64)
-        verify = self.config.verify_checksum
-        if verify and owner:
-            trailer.copy_(bucket_checksum(slot[:data_nbytes]).view(1))
         if self.world_size > 1:
-            region = slot[: data_nbytes + (8 if verify else 0)]
-            dist.broadcast(region, group=self.group, group_src=bucket.owner)
-        if verify:
-            return int(trailer.item())
+            dist.broadcast(slot[:data_nbytes], group=self.group, group_src=bucket.owner)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
-        return None
+        if not self.config.verify_checksum:
+            return None
+        digests = [self._digests.pop(bucket.index, None) if owner else None]
+        if self.world_size > 1:  # every rank with a receiver sends it the owner's digests
+            dist.broadcast_object_list(digests, group=self.group, group_src=bucket.owner)
+        return digests[0]
 
     def _send(self, chan: Channel, msg: dict[str, Any]) -> None:
         """Send; if the receiver is gone, surface the error it reported before leaving (if any)."""

@@ -10,7 +10,6 @@ import time
 import pytest
 import torch
 
-import k2post_checkpoint_engine.sender as sender_mod
 from k2post_checkpoint_engine import (
     CheckpointEngineConfig,
     CheckpointEngineError,
@@ -142,22 +141,62 @@ def test_expected_mismatch_rejected_on_both_sides(shm_prefix):
     assert isinstance(rx.exc, MetadataError) and "'layers.0.w'" in str(rx.exc)
 
 
-def test_checksum_mismatch_detected(shm_prefix, monkeypatch):
-    real = sender_mod.bucket_checksum
-    monkeypatch.setattr(sender_mod, "bucket_checksum", lambda region: real(region) + 1)
-    with WeightSender(_config(shm_prefix)) as sender:
-        sender.register("w", torch.randn(100))
+def _damaged_push(shm_prefix, monkeypatch, damage) -> RxThread:
+    """A push whose bucket bytes `damage(slot, plan)` corrupts after the sender filled them (a sender bug or a
+    torn buffer): the receiver's error, and a receiver that does not verify."""
+    real = WeightSender._fill_and_broadcast
+
+    def fill(self, bucket, sources):
+        digests = real(self, bucket, sources)
+        damage(self._slots[bucket.buffer_slot], bucket)
+        return digests
+
+    monkeypatch.setattr(WeightSender, "_fill_and_broadcast", fill)
+    with WeightSender(_config(shm_prefix, bucket_nbytes=1 << 16)) as sender:
+        sender.register("a", torch.randn(64, 8))
+        sender.register("b", torch.randn(64, 8))
         rx = RxThread(sender.address)
         rx.start()
-        with pytest.raises(ReceiverError, match="checksum"):
+        with pytest.raises(ReceiverError, match="digest"):
             sender.push()
         rx.join(10)
-        assert isinstance(rx.exc, IntegrityError) and "'w'" in str(rx.exc)
-        rx2 = RxThread(sender.address, verify_checksum=False)  # switchable off: a new receiver accepts
-        rx2.start()
+        unchecked = RxThread(sender.address, verify_checksum=False)  # switchable off: a new receiver accepts
+        unchecked.start()
         sender.push()
-        rx2.join(10)
-    assert rx2.exc is None and torch.equal(rx2.updates[0]["w"], sender._regs["w"].source)
+        unchecked.join(10)
+    damaged = [n for n in "ab" if not torch.equal(unchecked.updates[0][n], sender._regs[n].source)]
+    assert unchecked.exc is None and damaged  # unverified, the damage would have been loaded
+    return rx
+
+
+def _pieces(bucket):
+    return {t.name: (t.offset, t.offset + t.nbytes) for t in bucket.tensors}
+
+
+def _flip(slot, bucket):
+    start, _ = _pieces(bucket)["b"]
+    slot[start + 5] ^= 1
+
+
+def _swap(slot, bucket):
+    (a0, a1), (b0, b1) = _pieces(bucket)["a"], _pieces(bucket)["b"]
+    a_bytes = slot[a0:a1].clone()
+    slot[a0:a1] = slot[b0:b1]
+    slot[b0:b1] = a_bytes
+
+
+def _move(slot, bucket):
+    a0, a1 = _pieces(bucket)["a"]
+    slot[a0:a1] = torch.roll(slot[a0:a1].clone(), 128)
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"), [(_flip, "'b'"), (_swap, "'a'"), (_move, "'a'")], ids=["flip", "swap", "move"]
+)
+def test_damaged_bytes_are_caught_and_named(shm_prefix, monkeypatch, damage, named):
+    rx = _damaged_push(shm_prefix, monkeypatch, damage)
+    assert isinstance(rx.exc, IntegrityError) and f"tensor {named}" in str(rx.exc), rx.exc
+    assert "the bytes that arrived are not the tensor that was sent" in str(rx.exc)
 
 
 def test_load_failure_reported_then_recovery_with_new_receiver(shm_prefix):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from k2post_checkpoint_engine.checksum import bucket_checksum
+from k2post_checkpoint_engine.checksum import piece_digest, source_piece
 from k2post_checkpoint_engine.config import CheckpointEngineConfig
 from k2post_checkpoint_engine.errors import MetadataError
 from k2post_checkpoint_engine.meta import (
@@ -236,19 +236,27 @@ def test_meta_json_roundtrip():
 # ----------------------------------------------------------------------------- checksum
 
 
-def test_checksum_detects_every_single_byte_flip_and_word_swaps():
+def test_piece_digest_sees_every_single_byte_flip_swap_and_move():
     buf = torch.randint(0, 256, (8 * 37,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    ref = int(bucket_checksum(buf))
+    ref = piece_digest(buf)
     for i in range(buf.numel()):
         bad = buf.clone()
         bad[i] ^= 1 << (i % 8)
-        assert int(bucket_checksum(bad)) != ref, f"flip at byte {i} undetected"
+        assert piece_digest(bad) != ref, f"flip at byte {i} undetected"
     words = buf.view(torch.int64).clone()
     words[[0, 1]] = words[[1, 0]]
-    assert int(bucket_checksum(words.view(torch.uint8))) != ref
-    assert int(bucket_checksum(buf[:0])) != int(bucket_checksum(torch.zeros(8, dtype=torch.uint8)))
-    with pytest.raises(ValueError, match="multiple of 8"):
-        bucket_checksum(buf[:7])
+    assert piece_digest(words.view(torch.uint8)) != ref
+    assert piece_digest(torch.roll(buf, 128)) != ref  # a move by a multiple of 128 bytes (the lane sum missed it)
+    assert piece_digest(buf[:0]) != piece_digest(torch.zeros(8, dtype=torch.uint8))
+    floats = torch.randn(10, 7)
+    assert piece_digest(floats) == piece_digest(floats.view(torch.uint8).reshape(-1)) == piece_digest(floats.t().t())
+    assert piece_digest(floats.t()) != piece_digest(floats)  # bytes in element order of the view
+
+
+def test_source_piece_is_what_travels():
+    source = torch.randn(4, 5)
+    assert torch.equal(source_piece(source, 3, 6, torch.float32), source.reshape(-1)[3:9])
+    assert source_piece(source, 0, 20, torch.bfloat16).dtype == torch.bfloat16
 
 
 # ----------------------------------------------------------------------------- config
