@@ -126,6 +126,11 @@ class RayCluster:
                 ray.util.remove_placement_group(self.placement)
 
 
+def verify_this_push(index: int, every: int) -> bool:
+    """Whether push `index` (0-based) is verified: the first one and then every `every`-th; never with 0."""
+    return every > 0 and index % every == 0
+
+
 class TrainerGroup:
     """The trainer ranks: each call goes to every rank and returns one result per rank."""
 
@@ -136,6 +141,7 @@ class TrainerGroup:
         from k2post.train.distributed import free_port
 
         self.cfg, port, actor_cls = cfg, free_port(), ray.remote(RLTrainerWorker)
+        self.pushes = 0  # pushes so far (the first one and every verify_push_every-th are verified)
         self.actors = [
             actor_cls.options(**options(r)).remote(cfg, str(model_dir), r, port) for r in range(cfg.trainer.world_size)
         ]
@@ -165,17 +171,27 @@ class TrainerGroup:
             self._all("offload" if offload else "reload")
 
     def push_to(self, rollouts: RolloutGroup) -> dict[str, float]:
-        """Every rank streams its weights to its replica through the checkpoint engine; timed."""
+        """Every rank streams its weights to its replica through the checkpoint engine; timed. The first push and
+        every `trainer.verify_push_every`-th are verified: each replica's loaded digests must equal its rank's."""
         import ray
 
+        from k2post.rollout.weight_update import compare_digests
+
+        verify = verify_this_push(self.pushes, self.cfg.trainer.verify_push_every)
+        self.pushes += 1
         started = time.perf_counter()
         addresses = self._all("open_push")
-        receives = rollouts.receive_refs(addresses, timeout_s=300.0)
-        pushes = [t.push_weights.remote() for t in self.actors]
+        receives = rollouts.receive_refs(addresses, timeout_s=300.0, verify_push=verify)
+        pushes = [t.push_weights.remote(verify) for t in self.actors]
         ray.wait(receives + pushes, num_returns=len(receives + pushes), timeout=600)
-        ray.get(receives)  # a receiver's error says more than the sender's "peer gone"
+        received = ray.get(receives)  # a receiver's error says more than the sender's "peer gone"
         stats = ray.get(pushes)
-        return {"time/push_s": time.perf_counter() - started, "push/mb": stats[0]["nbytes"] / 2**20}
+        row = {"time/push_s": time.perf_counter() - started, "push/mb": stats[0]["nbytes"] / 2**20}
+        if verify:
+            for replica, result in enumerate(received):
+                compare_digests(stats[replica]["digests"], result["digests"])
+            row.update({"push/verified": 1.0, "time/push_digest_s": stats[0]["digest_s"]})
+        return row
 
     def save(self, directory: str) -> None:
         self._all("save", directory=directory)
@@ -298,9 +314,12 @@ class RolloutGroup:
         if self.cfg.rollout.sleep_during_training:
             ray.get([(a.sleep.remote() if asleep else a.wake_up.remote()) for a in self.actors])
 
-    def receive_refs(self, addresses: Sequence[str | None], timeout_s: float) -> list[Any]:
+    def receive_refs(self, addresses: Sequence[str | None], timeout_s: float, verify_push: bool = False) -> list[Any]:
         """Start each replica receiving from its rank's sender (refs to wait on with the pushes)."""
-        return [a.receive_weights.remote(addresses[r], timeout_s) for r, a in enumerate(self.actors)]
+        return [
+            a.receive_weights.remote(addresses[r], timeout_s, verify_push=verify_push)
+            for r, a in enumerate(self.actors)
+        ]
 
     def export_paused(self) -> list[list[Any]]:
         import ray

@@ -103,6 +103,13 @@ class RLTrainerConfig(K2Config):
         True, description="On a GPU, move params and optimizer state to DRAM while the engines generate (no-op on CPU)."
     )
     bucket_mb: int = Field(64, ge=1, description="Checkpoint-engine bucket size (MiB) of the weight push.")
+    verify_push_every: int = Field(
+        10,
+        ge=0,
+        description="Verify the first weight push and then every N-th: the engine reports a digest of every tensor "
+        "it loaded and that every parameter was written; a mismatch with the trainer's stops the run naming the "
+        "tensor (docs/CHECKPOINT_ENGINE.md). 0: never.",
+    )
     torch_threads: int | None = Field(
         None,
         ge=1,

@@ -336,10 +336,17 @@ class RLTrainerWorker:
         self.sender = self._make_sender()
         return self.sender.address
 
-    def push_weights(self) -> dict[str, Any]:
-        """Stream the current weights to this rank's rollout actor (it must be receiving on `open_push`'s address)."""
+    def push_weights(self, verify: bool = False) -> dict[str, Any]:
+        """Stream the current weights to this rank's rollout actor (it must be receiving on `open_push`'s address);
+        with `verify`, also the digest of every pushed tensor (compared with what the engine loaded)."""
+        from k2post.rollout.weight_update import tensor_digests
+
+        started = time.perf_counter()
+        digests = tensor_digests((n, p.data) for n, p in self.engine.module.named_parameters()) if verify else None
+        digest_s = time.perf_counter() - started
         stats = self.sender.push()
-        return {"nbytes": stats.nbytes, "seconds": stats.elapsed_s, "gb_per_s": stats.gb_per_s}
+        figures = {"nbytes": stats.nbytes, "seconds": stats.elapsed_s, "gb_per_s": stats.gb_per_s}
+        return {**figures, **({"digests": digests, "digest_s": digest_s} if verify else {})}
 
     def offload(self) -> dict[str, Any]:
         """Move params and optimizer state to DRAM while the engines generate (needs a device; on CPU they live there).

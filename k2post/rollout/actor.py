@@ -163,10 +163,14 @@ class RolloutWorker:
         """Push tensors sent through Ray's object store (small models; prefer receive_weights)."""
         return self.engine.load_weights(named_tensors)
 
-    def receive_weights(self, address: str, timeout_s: float = 60.0, verify_checksum: bool = True) -> dict[str, Any]:
+    def receive_weights(
+        self, address: str, timeout_s: float = 60.0, verify_checksum: bool = True, verify_push: bool = False
+    ) -> dict[str, Any]:
         """Receive one checkpoint-engine update from the sender at `address` into the engine
-        (see `VLLMEngine.receive_update`)."""
-        return self.engine.receive_update(address, timeout_s=timeout_s, verify_checksum=verify_checksum)
+        (see `VLLMEngine.receive_update`; `verify_push`: the loaded tensors' digests come back)."""
+        return self.engine.receive_update(
+            address, timeout_s=timeout_s, verify_checksum=verify_checksum, verify_push=verify_push
+        )
 
     def weights_version(self) -> int:
         """How many weight updates the engine has taken."""

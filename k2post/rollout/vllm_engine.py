@@ -263,20 +263,24 @@ class VLLMEngine:
 
     update_weights_from_tensors = load_weights
 
-    def receive_update(self, address: str, timeout_s: float = 60.0, verify_checksum: bool = True) -> dict:
+    def receive_update(
+        self, address: str, timeout_s: float = 60.0, verify_checksum: bool = True, verify_push: bool = False
+    ) -> dict:
         """Receive one checkpoint-engine update from the sender at `address`.
 
         In place: the `WeightReceiver` runs inside the vLLM worker (worker extension) and loads each
         bucket as it arrives. Rebuild: the buckets are staged here and the engine is rebuilt once.
-        Returns the receiver's figures plus the engine-side seconds and the new weights version."""
+        Returns the receiver's figures plus the engine-side seconds and the new weights version. With
+        `verify_push` (a full push): a parameter the push did not write is a PushVerificationError, and
+        `digests` (name -> digest of each tensor as loaded) come back for `compare_digests`."""
         self._check_awake("load weights")
         started = time.perf_counter()
         with self.weight_update():
             if self.weight_update_mode == "rebuild":
-                stats = self._receive_staged(address, timeout_s, verify_checksum)
+                stats = self._receive_staged(address, timeout_s, verify_checksum, verify_push)
             else:
                 stats = self.llm.collective_rpc(
-                    "k2post_receive_update", args=(address, self.cpu, timeout_s, verify_checksum)
+                    "k2post_receive_update", args=(address, self.cpu, timeout_s, verify_checksum, verify_push)
                 )[0]
             self._pending_update = True
         return {
@@ -286,18 +290,28 @@ class VLLMEngine:
             "mode": self.weight_update_mode,
         }
 
-    def _receive_staged(self, address: str, timeout_s: float, verify_checksum: bool) -> dict:
+    def _receive_staged(self, address: str, timeout_s: float, verify_checksum: bool, verify_push: bool) -> dict:
         from k2post_checkpoint_engine import WeightReceiver
 
+        from k2post.rollout.weight_update import PushVerificationError, tensor_digests
+
         checkpoint = self._rebuild_checkpoint()
-        with WeightReceiver(address, checkpoint.stage, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
+        digests: dict[str, str] = {}
+
+        def stage(batch: list) -> None:
+            if verify_push:
+                digests.update(tensor_digests(batch))
+            checkpoint.stage(batch)
+
+        with WeightReceiver(address, stage, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
             stats = rx.run_update()
-        return {
-            "nbytes": stats.nbytes,
-            "n_tensors": stats.n_tensors,
-            "n_buckets": stats.n_buckets,
-            "elapsed_s": stats.elapsed_s,
-        }
+        unwritten = sorted(set(checkpoint.state) - set(digests)) if verify_push else []
+        if unwritten:
+            raise PushVerificationError(
+                f"the push left {len(unwritten)} checkpoint tensor(s) unwritten, e.g. {unwritten[:3]}"
+            )
+        figures = {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets}
+        return {**figures, "elapsed_s": stats.elapsed_s, **({"digests": digests} if verify_push else {})}
 
     def _rebuild_checkpoint(self):
         if self._checkpoint is None:

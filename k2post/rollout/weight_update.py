@@ -29,6 +29,38 @@ class WeightUpdateError(RuntimeError):
     """A push could not be applied to the engine's model."""
 
 
+class PushVerificationError(WeightUpdateError):
+    """After a push, the engine's weights are not the trainer's: a tensor skipped, swapped or changed."""
+
+
+def tensor_digests(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, str]:
+    """Name -> xxh3-64 digest of each tensor's bytes (what the post-push verification compares)."""
+    from k2post_checkpoint_engine.checksum import piece_digest
+
+    return {name: piece_digest(tensor) for name, tensor in named}
+
+
+def unwritten_parameters(model: torch.nn.Module, loaded: set[str]) -> list[str]:
+    """The model's parameters (vLLM names) that no loaded tensor wrote."""
+    return sorted(name for name, _ in model.named_parameters() if name not in loaded)
+
+
+def compare_digests(trainer: dict[str, str], engine: dict[str, str]) -> None:
+    """PushVerificationError naming the first tensor the engine did not get as the trainer has it."""
+    missing = [name for name in trainer if name not in engine]
+    if missing:
+        raise PushVerificationError(f"the engine never received {missing[0]!r} ({len(missing)} tensors missing)")
+    extra = [name for name in engine if name not in trainer]
+    if extra:
+        raise PushVerificationError(f"the engine received {extra[0]!r}, which the trainer does not have")
+    for name, digest in trainer.items():
+        if engine[name] != digest:
+            raise PushVerificationError(
+                f"tensor {name!r}: the engine loaded digest {engine[name]}, the trainer has {digest} "
+                "(swapped, stale or corrupted on the way)"
+            )
+
+
 def worker_model(worker) -> torch.nn.Module:
     """The model inside a vLLM worker (v1 workers expose get_model())."""
     return worker.get_model() if hasattr(worker, "get_model") else worker.model_runner.model
@@ -69,8 +101,11 @@ def in_place_problems(model: torch.nn.Module, cpu: bool) -> list[str]:
     return problems
 
 
-def load_into_model(model: torch.nn.Module, named: Iterable[tuple[str, torch.Tensor]], repack: bool) -> int:
-    """Copy HF-named tensors into a vLLM model in place. Returns how many tensors were given."""
+def load_into_model(
+    model: torch.nn.Module, named: Iterable[tuple[str, torch.Tensor]], repack: bool, loaded: set[str] | None = None
+) -> int:
+    """Copy HF-named tensors into a vLLM model in place. Returns how many tensors were given; `loaded` collects
+    the vLLM parameter names the model's `load_weights` reports it wrote."""
     named = list(named)
     problems = in_place_problems(model, cpu=repack)
     if problems:
@@ -79,7 +114,9 @@ def load_into_model(model: torch.nn.Module, named: Iterable[tuple[str, torch.Ten
     vllm_cpu_patch.swap_in_unpacked_experts(experts)
     try:
         with torch.no_grad():
-            model.load_weights(iter(named))  # the weight loaders copy: views may be reused afterwards
+            written = model.load_weights(iter(named))  # the weight loaders copy: views may be reused afterwards
+        if loaded is not None and written is not None:
+            loaded.update(written)
     finally:
         if repack:  # also after a failed load: never leave plain-layout tensors where packed ones belong
             vllm_cpu_patch.repack_cpu_experts(experts)

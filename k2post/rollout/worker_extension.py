@@ -17,7 +17,26 @@ from __future__ import annotations
 from typing import Any
 
 from k2post.rollout import sleep as sleep_ops
-from k2post.rollout.weight_update import NamedTensors, in_place_problems, load_into_model, worker_model
+from k2post.rollout.weight_update import (
+    NamedTensors,
+    PushVerificationError,
+    in_place_problems,
+    load_into_model,
+    tensor_digests,
+    unwritten_parameters,
+    worker_model,
+)
+
+
+def check_written(model: Any, loaded: set[str]) -> None:
+    """PushVerificationError when a full push left model parameters unwritten (the engine skipped tensors)."""
+    unwritten = unwritten_parameters(model, loaded)
+    if unwritten:
+        raise PushVerificationError(
+            f"the push left {len(unwritten)} engine parameter(s) unwritten, e.g. {unwritten[:3]} "
+            "(the engine skipped the tensors that hold them)"
+        )
+
 
 WORKER_EXTENSION = "k2post.rollout.worker_extension.K2PostWorkerExtension"
 
@@ -30,25 +49,33 @@ class K2PostWorkerExtension:
         return load_into_model(worker_model(self), named, repack)
 
     def k2post_receive_update(
-        self, address: str, repack: bool, timeout_s: float = 60.0, verify_checksum: bool = True
+        self,
+        address: str,
+        repack: bool,
+        timeout_s: float = 60.0,
+        verify_checksum: bool = True,
+        verify_push: bool = False,
     ) -> dict[str, Any]:
-        """Receive one checkpoint-engine update from `address` straight into this worker's model."""
+        """Receive one checkpoint-engine update from `address` straight into this worker's model. With
+        `verify_push`: every model parameter must have been written (else PushVerificationError naming them),
+        and the digests of the tensors as loaded come back (`digests`) for the trainer to compare."""
         from k2post_checkpoint_engine import WeightReceiver
 
         model = worker_model(self)
-        with WeightReceiver(
-            address,
-            lambda batch: load_into_model(model, batch, repack),
-            timeout_s=timeout_s,
-            verify_checksum=verify_checksum,
-        ) as rx:
+        loaded: set[str] = set()
+        digests: dict[str, str] = {}
+
+        def load(batch: NamedTensors) -> None:
+            if verify_push:
+                digests.update(tensor_digests(batch))
+            load_into_model(model, batch, repack, loaded)
+
+        with WeightReceiver(address, load, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
             stats = rx.run_update()
-        return {
-            "nbytes": stats.nbytes,
-            "n_tensors": stats.n_tensors,
-            "n_buckets": stats.n_buckets,
-            "elapsed_s": stats.elapsed_s,
-        }
+        if verify_push:
+            check_written(model, loaded)
+        figures = {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets}
+        return {**figures, "elapsed_s": stats.elapsed_s, **({"digests": digests} if verify_push else {})}
 
     def k2post_in_place_problems(self, cpu: bool) -> list[str]:
         """Why in-place pushes cannot work here (empty: they can)."""

@@ -38,7 +38,7 @@ class FakeTrainerGroup:
     def offload(self, offload: bool) -> None:
         self.calls.append(("offload", offload))
 
-    def push_to(self, rollouts: FakeRolloutGroup) -> dict[str, float]:
+    def push_to(self, rollouts: FakeRolloutGroup) -> dict[str, float]:  # verification: tests/k2post/rollout
         self.calls.append(("push", self.version))
         rollouts.versions = [self.version] * len(rollouts)
         return {"time/push_s": 0.0, "push/mb": 1.0}

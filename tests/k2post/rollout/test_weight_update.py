@@ -242,3 +242,50 @@ def test_rope_patch_makes_cpu_kernel_match_reference_for_3d_heads():
     torch.testing.assert_close(got_q, expected_q)
     torch.testing.assert_close(got_k, expected_k)
     torch.testing.assert_close(wide[..., 64:], expected_q)  # written back in place into the view
+
+
+def _verified_push(engine, tensors: dict[str, torch.Tensor]) -> dict:
+    """One checkpoint-engine update into `engine.receive_update(verify_push=True)`: its result, or its error."""
+    from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
+
+    outcome: dict = {}
+    with WeightSender(CheckpointEngineConfig(bucket_nbytes=1 << 20, timeout_s=60.0)) as sender:
+        for name in sorted(tensors):
+            sender.register(name, tensors[name])
+
+        def receive() -> None:
+            try:
+                outcome["result"] = engine.receive_update(sender.address, timeout_s=60.0, verify_push=True)
+            except BaseException as exc:  # surfaced to the test
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=receive)
+        thread.start()
+        try:
+            sender.push()
+        except Exception as exc:  # the receiver's failure, seen from the sender
+            outcome.setdefault("sender_error", exc)
+        thread.join(timeout=60)
+    return outcome
+
+
+@pytest.mark.slow
+def test_verified_push_catches_a_skipped_and_a_swapped_tensor(tiny_qwen2_dir, perturbed_dir):
+    from k2post.rollout.weight_update import PushVerificationError, compare_digests, tensor_digests
+
+    engine = _engine(tiny_qwen2_dir, "float32")
+    perturbed = load_file(str(perturbed_dir / "model.safetensors"))
+    whole = _verified_push(engine, perturbed)
+    compare_digests(tensor_digests(perturbed.items()), whole["result"]["digests"])  # all there, all equal
+
+    skipped = "model.layers.0.mlp.down_proj.weight"
+    missing = _verified_push(engine, {k: v for k, v in perturbed.items() if k != skipped})
+    assert isinstance(missing["error"], PushVerificationError), missing
+    assert "unwritten" in str(missing["error"]) and skipped in str(missing["error"])
+
+    q, o = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.o_proj.weight"
+    assert perturbed[q].shape == perturbed[o].shape
+    swapped = _verified_push(engine, {**perturbed, q: perturbed[o], o: perturbed[q]})  # a trainer-side mix-up
+    with pytest.raises(PushVerificationError, match=r"tensor 'model\.layers\.0\.self_attn\.[qo]_proj\.weight'"):
+        compare_digests(tensor_digests(perturbed.items()), swapped["result"]["digests"])
+    _close(engine)
