@@ -37,7 +37,7 @@ from k2post.rl import batch as rb
 from k2post.rl.actors import RayCluster, Work
 from k2post.rl.critic_loop import group_of, judge_calls, judged_rewards
 from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_signal
-from k2post.rl.metrics import RunLog, dump_json, read_metrics, summary_of, write_plots
+from k2post.rl.metrics import RunLog, dump_json, ledger_digest, read_metrics, summary_of, write_plots
 from k2post.rl.prompts import PromptPools
 from k2post.rl.run_config import RLConfig
 from k2post.rl.schedules import temperature_for
@@ -80,6 +80,15 @@ def engine_gap(rows: list[rb.TrainSequence], trainer_logprobs: list[float]) -> d
         return {}
     gaps = [abs(a - b) for a, b in pairs]
     return {"train/engine_logprob_gap_mean": sum(gaps) / len(gaps), "train/engine_logprob_gap_max": max(gaps)}
+
+
+def ledger_row(ledger: dict[str, list[str]]) -> dict[str, Any]:
+    """`ledger/<what>` (a digest of the ids) and `ledger/<what>_n` (their count) for each list of ids."""
+    return {
+        key: value
+        for what, ids in ledger.items()
+        for key, value in ((f"ledger/{what}", ledger_digest(ids)), (f"ledger/{what}_n", len(ids)))
+    }
 
 
 def progress_line(row: dict[str, Any], done: int, end: int, seconds_per_it: float) -> str:
@@ -139,6 +148,7 @@ class RLRun:
         self.envs: dict[str, Any] = {}
         self.prompts: PromptPools | None = None
         self.trainers = self.rollouts = self.reward_pool = self.log = None
+        self.ledger: dict[str, list[str]] = {}  # this iteration's ids: prompts drawn, episodes finished, groups trained
 
     # ------------------------------------------------------------------ setup
 
@@ -198,7 +208,9 @@ class RLRun:
     def roll_out(self, iteration: int) -> list[Any]:
         """New groups queued, then one iteration on every replica: the finished episodes."""
         self.recover(self.rollouts.dead_replicas())  # before new episodes go to them
-        self.recover(self.rollouts.start_episodes(self.assign(self.prompts.new_groups(iteration), iteration)))
+        groups = self.prompts.new_groups(iteration)
+        self.ledger["drawn"] = [f"{group_id}:{task.id}" for group_id, _, task in groups]
+        self.recover(self.rollouts.start_episodes(self.assign(groups, iteration)))
         episodes, dead = self.rollouts.run_iteration(iteration)
         self.recover(dead)
         return episodes
@@ -296,6 +308,7 @@ class RLRun:
             self.rollouts.sleep(True)
             self.trainers.offload(False)
         taken = [self.state.book.take(loss.groups_per_step) for _ in range(steps)]
+        self.ledger["trained"] = [group[0].group_id for groups in taken for group in groups]
         batches = [self._step_batch(groups, iteration) for groups in taken]
         # learning signal of every group trained this iteration (same in each step's row: survives the step mean);
         # with the drop it was measured before it (iteration())
@@ -393,6 +406,7 @@ class RLRun:
     def iteration(self, iteration: int) -> dict[str, Any]:
         """One full iteration (steps 1-7); returns its metrics row."""
         timer, row = PhaseTimer(), {"iteration": iteration + 1}
+        self.ledger = {"drawn": [], "finished": [], "trained": []}
         with timer("rollout"):
             episodes = self.roll_out(iteration)
         with timer("reward"):
@@ -404,6 +418,10 @@ class RLRun:
             row.update(self._drop_uniform(iteration))
         row.update(self.train_and_push(iteration, timer))
         row["rollout/paused_groups"] = len(self.state.book.open_groups)
+        self.ledger["finished"] = [f"{sample.group_id}/{sample.index}" for sample in samples]
+        self.ledger["paused"] = list(self.state.book.open_groups)
+        self.ledger["pool"] = [f"{name}:{task.id}" for name, tasks in self.prompts.added.items() for task in tasks]
+        row.update(ledger_row(self.ledger))
         row["rollout/actor_restarts"] = self.rollouts.restarts
         if self._due(iteration + 1, self.cfg.train.eval_every):
             with timer("eval"):

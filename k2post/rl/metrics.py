@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from k2post.train.metrics import MetricsLog
@@ -57,6 +58,15 @@ PANELS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         ("Muon update RMS", ("train/muon_update_rms",)),
     ),
 }
+
+
+def ledger_digest(keys: Iterable[str]) -> str:
+    """A short fingerprint of a multiset of ids (order-free; a lost or repeated id changes it): what the
+    `ledger/*` columns record of the prompts drawn, episodes finished, groups trained and groups paused, so that
+    a resumed run can be compared with an uninterrupted one iteration by iteration."""
+    import xxhash
+
+    return xxhash.xxh3_64_hexdigest("\n".join(sorted(keys)).encode("utf-8"))
 
 
 class RunLog:

@@ -147,6 +147,11 @@ def test_run_dir_then_sigkill_and_resume_matches_the_uninterrupted_run(work, tin
     assert reference.returncode == 0, straight_log.read_text()[-3000:]
     _check_run_dir(straight, tiny_qwen2_dir)
     assert _stable(_metrics(killed)) == _stable(_metrics(straight))
+    # ... ledger/* included: per iteration the same prompts drawn, episodes finished (paused partial rollouts
+    # among them), groups trained and paused, harvested pool — nothing lost or repeated across the kills
+    ledgers = [{k: v for k, v in r.items() if k.startswith("ledger/")} for r in _metrics(killed)[1:]]
+    assert ledgers and all(len(ledger) == 10 for ledger in ledgers), ledgers[:1]
+    assert sum(ledger["ledger/finished_n"] for ledger in ledgers) > 0
     a, b = (
         load_file(str(straight / "final" / "model.safetensors")),
         load_file(str(killed / "final" / "model.safetensors")),

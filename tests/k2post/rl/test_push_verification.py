@@ -1,5 +1,6 @@
-"""Which weight pushes RL verifies, and how a trainer/engine digest comparison fails (the real engine side:
-tests/k2post/rollout/test_weight_update.py::test_verified_push_catches_a_skipped_and_a_swapped_tensor)."""
+"""Which weight pushes RL verifies, how a trainer/engine digest comparison fails, and the ledger fingerprint
+(the real engine side: tests/k2post/rollout/test_weight_update.py::test_verified_push_catches_a_skipped_and_a_
+swapped_tensor; the ledger across a SIGKILL and resume: tests/pipelines/test_rl.py)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,12 @@ def test_compare_digests_names_the_tensor(engine, message):
         return
     with pytest.raises(PushVerificationError, match=message):
         compare_digests(trainer, engine)
+
+
+def test_ledger_digest_is_a_multiset_fingerprint():
+    from k2post.rl.metrics import ledger_digest
+
+    assert ledger_digest(["a", "b"]) == ledger_digest(["b", "a"])
+    assert ledger_digest(["a", "b"]) != ledger_digest(["a"])  # one lost
+    assert ledger_digest(["a", "b"]) != ledger_digest(["a", "b", "b"])  # one repeated
+    assert ledger_digest([]) == ledger_digest(())
