@@ -235,6 +235,7 @@ def test_train_rows_carry_the_signal_of_the_trained_groups():
     from rl_fakes import FakeRolloutGroup, FakeTrainerGroup
 
     run = RLRun.__new__(RLRun)
+    run.ledger = {}
     calls: list = []
     run.trainers, run.rollouts = FakeTrainerGroup(1, calls), FakeRolloutGroup(1, 0, calls, False, {})
     run.state = types.SimpleNamespace(book=rb.GroupBook(k=2), step=0)
@@ -265,6 +266,7 @@ def test_train_rows_carry_the_signal_of_the_trained_groups():
         )
     rows = run.train(0, PhaseTimer())
     assert len(rows) == 2 and len(run.state.book.ready) == 1
+    assert sorted(run.ledger["trained"]) == ["a", "b", "c", "d"]  # the ledger's ids of the groups trained
     for row in rows:  # identical in every step's row, so the controller's step average keeps them
         assert row["rollout/groups_nonzero_adv_frac"] == pytest.approx(0.25)
         assert row["rollout/groups_nonzero_adv_frac/code"] == 1.0 and row["rollout/groups_nonzero_adv_frac/math"] == 0.0
