@@ -289,3 +289,7 @@ def test_verified_push_catches_a_skipped_and_a_swapped_tensor(tiny_qwen2_dir, pe
     with pytest.raises(PushVerificationError, match=r"tensor 'model\.layers\.0\.self_attn\.[qo]_proj\.weight'"):
         compare_digests(tensor_digests(perturbed.items()), swapped["result"]["digests"])
     _close(engine)
+    from vllm.distributed import parallel_state  # a push the worker refused leaves vLLM's process group up:
+
+    parallel_state.destroy_model_parallel()  # tear it down, or later in-process DeepSpeed runs find it
+    parallel_state.destroy_distributed_environment()
