@@ -157,9 +157,10 @@ class TrainerGroup:
         args = zip(*per_rank) if per_rank else ([()] * len(self.actors))
         return ray.get([getattr(t, method).remote(*a, **same) for t, a in zip(self.actors, args)])
 
-    def sequence_logprobs(self, shards: Sequence[Sequence[Any]]) -> list[list[float]]:
-        """log pi(y|x) of each rank's shard of sequences (the current weights)."""
-        return self._all("sequence_logprobs", shards)
+    def old_policy(self, shards: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+        """pi_old per model token of each rank's shard of sequences (the current weights), and the routing
+        agreement with the engine (`RLTrainerWorker.old_policy`)."""
+        return self._all("old_policy", shards)
 
     def train_step(self, micro: Sequence[Any], old: Sequence[Any], step: int) -> list[dict[str, Any]]:
         """One optimizer step on every rank (its micro-batches and their pi_old log-probs)."""
@@ -170,9 +171,10 @@ class TrainerGroup:
         if self.cfg.trainer.offload_during_rollout:
             self._all("offload" if offload else "reload")
 
-    def push_to(self, rollouts: RolloutGroup) -> dict[str, float]:
+    def push_to(self, rollouts: RolloutGroup, version: int) -> dict[str, float]:
         """Every rank streams its weights to its replica through the checkpoint engine; timed. The first push and
-        every `trainer.verify_push_every`-th are verified: each replica's loaded digests must equal its rank's."""
+        every `trainer.verify_push_every`-th are verified: each replica's loaded digests must equal its rank's. The
+        engines tag what they generate from now on with `version` (the trainer's optimizer step)."""
         import ray
 
         from k2post.rollout.weight_update import compare_digests
@@ -181,7 +183,7 @@ class TrainerGroup:
         self.pushes += 1
         started = time.perf_counter()
         addresses = self._all("open_push")
-        receives = rollouts.receive_refs(addresses, timeout_s=300.0, verify_push=verify)
+        receives = rollouts.receive_refs(addresses, timeout_s=300.0, verify_push=verify, version=version)
         pushes = [t.push_weights.remote(verify) for t in self.actors]
         ray.wait(receives + pushes, num_returns=len(receives + pushes), timeout=600)
         received = ray.get(receives)  # a receiver's error says more than the sender's "peer gone"
@@ -314,12 +316,20 @@ class RolloutGroup:
         if self.cfg.rollout.sleep_during_training:
             ray.get([(a.sleep.remote() if asleep else a.wake_up.remote()) for a in self.actors])
 
-    def receive_refs(self, addresses: Sequence[str | None], timeout_s: float, verify_push: bool = False) -> list[Any]:
+    def receive_refs(
+        self, addresses: Sequence[str | None], timeout_s: float, verify_push: bool = False, version: int | None = None
+    ) -> list[Any]:
         """Start each replica receiving from its rank's sender (refs to wait on with the pushes)."""
         return [
-            a.receive_weights.remote(addresses[r], timeout_s, verify_push=verify_push)
+            a.receive_weights.remote(addresses[r], timeout_s, verify_push=verify_push, version=version)
             for r, a in enumerate(self.actors)
         ]
+
+    def set_version(self, version: int) -> None:
+        """Tag the weights every replica holds (after a resume: the checkpoint's optimizer step)."""
+        import ray
+
+        ray.get([a.set_weights_version.remote(version) for a in self.actors])
 
     def export_paused(self) -> list[list[Any]]:
         import ray

@@ -43,12 +43,13 @@ class Sample:
     finish_reason: str
     versions: list[int] = field(default_factory=list)  # policy version per model-written token
     reward_error: str | None = None
-    rollout_logprob: float | None = None  # log pi(y|x) by the engine that sampled it (sum over model tokens)
+    behaviour_logprobs: list[float] = field(default_factory=list)  # the engine's log mu(y_t) per model-written token
     response_text: str = ""  # the last assistant message (single-turn: the response; feeds the critic's closed loop)
     turns: int = 1  # assistant turns of the episode
     tool_calls: int = 0  # well-formed tool calls
     malformed_calls: int = 0  # tool calls the parser refused
     tool_errors: int = 0  # well-formed calls the environment answered with an error
+    routing: Any = None  # routing_replay: the engine's experts per token, int16 [len(token_ids), moe_layers, top_k]
 
     @property
     def response_tokens(self) -> int:
@@ -58,13 +59,17 @@ class Sample:
 
 @dataclass
 class TrainSequence:
-    """One row of a trainer batch: tokens, mask, the advantage A_i (logp_old filled by the trainer)."""
+    """One row of a trainer batch: tokens, mask, the advantage A_i, and what the engine saw when it sampled."""
 
     token_ids: list[int]
     loss_mask: list[int]
     advantage: float
     key: str  # group_id/index
-    rollout_logprob: float | None = None  # the sampling engine's log pi(y|x) (for the trainer/engine agreement metric)
+    behaviour_logprobs: list[float] = field(default_factory=list)  # engine log mu(y_t) per model token (may be [])
+    versions: list[int] = field(default_factory=list)  # policy version per model token
+    token_weights: list[float] | None = None  # IS weight per model token (None: all 1; `consistency.is_weights`)
+    keep: bool = True  # false: the IS sequence mask dropped it (no loss, no gradient)
+    routing: Any = None  # routing_replay: engine experts per token, int16 [len(token_ids), moe_layers, top_k]
 
 
 class GroupBook:
@@ -140,7 +145,9 @@ def step_sequences(groups: Sequence[Sequence[Sample]], rewards: Sequence[Sequenc
                     sample.loss_mask,
                     advantage,
                     f"{sample.group_id}/{sample.index}",
-                    sample.rollout_logprob,
+                    behaviour_logprobs=sample.behaviour_logprobs,
+                    versions=sample.versions,
+                    routing=sample.routing,
                 )
             )
     return rows

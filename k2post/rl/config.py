@@ -86,3 +86,23 @@ class PromptSamplingConfig(K2Config):
         0.3, gt=0, le=1, description="Curriculum: share of the pool (easiest first) open at iteration 0."
     )
     curriculum_iterations: int = Field(50, gt=0, description="Curriculum: iterations until the whole pool is open.")
+
+
+class ISCorrectionConfig(K2Config):
+    """Importance-sampling correction for the gap between the rollout engine (behaviour policy mu) and pi_old.
+
+    Token weights w_t = min(pi_old(y_t) / mu(y_t), cap) enter the K1.5 log-ratio (docs/RL.md); a sequence whose
+    ratio pi_old(y|x) / mu(y|x) leaves [1/cap, cap] is masked out of the step."""
+
+    enabled: bool = Field(
+        False,
+        description="Weight each token by its truncated ratio and mask far-off sequences. Off by default: an fp32 "
+        "engine on CPU matches the trainer to ~1e-6; turn it on for bf16/fp8 engines (GPU) and partial rollouts.",
+    )
+    cap: float = Field(2.0, gt=1, description="C: token ratios are truncated at C; sequences outside [1/C, C] masked.")
+    sequence_mask: bool = Field(True, description="Mask sequences whose ratio leaves [1/C, C] (false: weights only).")
+    sequence_ratio: Literal["product", "token_mean"] = Field(
+        "product",
+        description="The sequence ratio the mask tests: product = pi_old(y|x) / mu(y|x); token_mean = its geometric "
+        "mean per model token (length-independent, for long responses).",
+    )

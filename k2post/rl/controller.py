@@ -35,6 +35,8 @@ from k2post.envs.reward_errors import check_error_fraction, describe_errors
 from k2post.evaluation.heldout import eval_work, final_text, mean_accuracy, score_items, summarize
 from k2post.rl import batch as rb
 from k2post.rl.actors import RayCluster, Work
+from k2post.rl.config import ISCorrectionConfig
+from k2post.rl.consistency import consistency_metrics, is_weights, weighted_sum
 from k2post.rl.critic_loop import group_of, judge_calls, judged_rewards
 from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_signal
 from k2post.rl.metrics import RunLog, dump_json, ledger_digest, read_metrics, summary_of, write_plots
@@ -72,14 +74,51 @@ def episode_seed(run_seed: int, key: str) -> int:
     return zlib.crc32(f"{run_seed}:{key}".encode()) & 0x7FFFFFFF
 
 
-def engine_gap(rows: list[rb.TrainSequence], trainer_logprobs: list[float]) -> dict[str, float]:
-    """How far the rollout engine's log pi(y|x) is from the trainer's pi_old, per sequence (0 when in sync;
-    only rows written by one policy version in the last iteration compare like with like)."""
-    pairs = [(r.rollout_logprob, t) for r, t in zip(rows, trainer_logprobs) if r.rollout_logprob is not None]
-    if not pairs:
+def apply_is_correction(
+    shards: list[list[rb.TrainSequence]], old: list[dict[str, Any]], cfg: ISCorrectionConfig
+) -> tuple[list[list[float]], list[bool]]:
+    """Set each row's IS token weights and sequence mask (`consistency.is_weights`) from pi_old's token log-probs
+    (`old`: one `old_policy` result per rank); returns each rank's pi_old terms sum_t w_t log pi_old(y_t) (what
+    `train_step` takes) and every row's keep flag. Rows without engine log-probs keep weight 1."""
+    olds, keeps = [], []
+    for shard, result in zip(shards, old):
+        terms = []
+        for row, tokens in zip(shard, result["token_logprobs"]):
+            behaviour = row.behaviour_logprobs if len(row.behaviour_logprobs) == len(tokens) else tokens
+            weights, row.keep = is_weights(tokens, behaviour, cfg)
+            row.token_weights = weights if cfg.enabled else None
+            terms.append(weighted_sum(tokens, weights))
+            keeps.append(row.keep)
+        olds.append(terms)
+    return olds, keeps
+
+
+def step_consistency(
+    rows: list[rb.TrainSequence], old_tokens: list[list[float]], version: int, keeps: list[bool], cap: float | None
+) -> dict[str, float]:
+    """`consistency/*` of the trained rows that carry engine log-probs (`consistency.consistency_metrics`)."""
+    pairs = [(r, t) for r, t in zip(rows, old_tokens) if len(r.behaviour_logprobs) == len(t)]
+    return consistency_metrics(
+        [t for _, t in pairs],
+        [r.behaviour_logprobs for r, _ in pairs],
+        [r.versions for r, _ in pairs],
+        version,
+        keeps,
+        cap,
+    )
+
+
+def routing_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+    """`routing/*`: the share of recorded tokens whose trainer top-k differed from the engine's (own choice, and
+    the experts used: 0 under routing replay), summed over the ranks' pi_old forwards."""
+    tokens = sum(r["routing"]["tokens"] for r in results)
+    if not tokens:
         return {}
-    gaps = [abs(a - b) for a, b in pairs]
-    return {"train/engine_logprob_gap_mean": sum(gaps) / len(gaps), "train/engine_logprob_gap_max": max(gaps)}
+    return {
+        "routing/disagree": sum(r["routing"]["disagree"] for r in results) / tokens,
+        "routing/disagree_used": sum(r["routing"]["disagree_used"] for r in results) / tokens,
+        "routing/tokens": float(tokens),
+    }
 
 
 def ledger_row(ledger: dict[str, list[str]]) -> dict[str, Any]:
@@ -118,6 +157,7 @@ def step_mean(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
 def to_sample(episode: Any, reward: Any) -> rb.Sample:
     """A finished episode and its reward as a row of the group book."""
     group_id, index = group_of(episode.id)
+    written = [i for i, m in enumerate(episode.loss_mask) if m]
     return rb.Sample(
         group_id,
         index,
@@ -129,10 +169,11 @@ def to_sample(episode: Any, reward: Any) -> rb.Sample:
         float(reward.value),
         episode.truncated,
         str(episode.finish_reason),
-        [v for v in episode.versions if v >= 0],
-        reward.error,
-        sum(lp for lp, m in zip(episode.logprobs, episode.loss_mask) if m),
-        final_text(episode),
+        versions=[episode.versions[i] for i in written],
+        reward_error=reward.error,
+        behaviour_logprobs=[float(episode.logprobs[i]) for i in written],
+        response_text=final_text(episode),
+        routing=getattr(episode, "routing", None),
         **episode_tool_stats(episode),
     )
 
@@ -223,7 +264,7 @@ class RLRun:
             self.rollouts.restart(replica)
             if self.state.step > 0:  # the new engine was built from the run's starting weights
                 self.trainers.offload(False)
-                self.trainers.push_to(self.rollouts)
+                self.trainers.push_to(self.rollouts, self.state.step)
                 self.trainers.offload(True)
 
     # ------------------------------------------------------------------ 3-4: rewards and groups
@@ -320,9 +361,7 @@ class RLRun:
             )
         )
         with timer("logprobs"):
-            olds = [self.trainers.sequence_logprobs(shards) for shards, _ in batches]
-        rows_flat = [s for shards, _ in batches for shard in shards for s in shard]
-        gap = engine_gap(rows_flat, [v for old in olds for o in old for v in o])
+            olds, checks = self._old_policy(batches)
         rows = []
         for (shards, shaped), old in zip(batches, olds):
             micro = [rb.micro_batches(s, loss.micro_batch_size) for s in shards]
@@ -331,10 +370,24 @@ class RLRun:
                 results = self.trainers.train_step(micro, old_micro, self.state.step)
             self.state.step += 1
             shaped_mean = sum(map(sum, shaped)) / sum(map(len, shaped))
-            rows.append({**results[0], **gap, **signal, "train/shaped_reward_mean": shaped_mean})
+            rows.append({**results[0], **checks, **signal, "train/shaped_reward_mean": shaped_mean})
         with timer("wake"):
             self.rollouts.sleep(False)
         return rows
+
+    def _old_policy(
+        self, batches: list[tuple[list[list[rb.TrainSequence]], Any]]
+    ) -> tuple[list[Any], dict[str, float]]:
+        """pi_old of every step's rows (the weights at the start of the iteration, the version the engines held),
+        the IS weights and mask set on the rows, and the iteration's consistency and routing figures."""
+        results = [self.trainers.old_policy(shards) for shards, _ in batches]  # [step][rank]
+        correction = self.cfg.loss.is_correction
+        olds, keeps = zip(*(apply_is_correction(shards, res, correction) for (shards, _), res in zip(batches, results)))
+        rows = [row for shards, _ in batches for shard in shards for row in shard]
+        tokens = [t for res in results for rank in res for t in rank["token_logprobs"]]
+        cap = correction.cap if correction.enabled else None
+        checks = step_consistency(rows, tokens, self.state.step, [k for ks in keeps for k in ks], cap)
+        return list(olds), {**checks, **routing_metrics([rank for res in results for rank in res])}
 
     def train_and_push(self, iteration: int, timer: PhaseTimer) -> dict[str, Any]:
         """Steps 5-6: the optimizer steps, then the new weights to every replica; the steps' mean row."""
@@ -342,7 +395,7 @@ class RLRun:
         row: dict[str, Any] = {"train/steps": len(train_rows), "train/step_total": self.state.step}
         if train_rows:
             with timer("push"):
-                row.update(self.trainers.push_to(self.rollouts))
+                row.update(self.trainers.push_to(self.rollouts, self.state.step))
             with timer("offload"):
                 self.trainers.offload(True)
             row.update(step_mean(train_rows))
@@ -380,6 +433,7 @@ class RLRun:
     def resume_from(self, checkpoint: Path) -> None:
         """The controller state, the trainers' engine state, the paused episodes and the prompt samplers."""
         self.state = ControllerState.load(checkpoint, self.trainers, self.rollouts)
+        self.rollouts.set_version(self.state.step)  # the engines were built from the checkpoint's weights
         self.prompts.load_state_dict(self.state.samplers, self.state.added_tasks)
         self.log.truncate_after(self.state.iteration)
         log.info("resumed from %s at iteration %d", checkpoint, self.state.iteration)

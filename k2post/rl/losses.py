@@ -132,6 +132,23 @@ def tail_logprobs(tail_logits: torch.Tensor, input_ids: torch.Tensor) -> torch.T
     return out
 
 
+def masked_token_lists(token_logp: torch.Tensor, mask: torch.Tensor) -> list[list[float]]:
+    """Per row, the values at its mask == 1 positions, in order (a row's model-token log-probs). [N, T] -> N lists."""
+    return [row[keep.bool()].tolist() for row, keep in zip(token_logp, mask)]
+
+
+def weight_matrix(mask: torch.Tensor, weights: list[list[float] | None]) -> torch.Tensor:
+    """`mask` [N, T] with each row's mask == 1 positions replaced by its per-token weights (None: kept at 1)."""
+    out = mask.clone()
+    for row, row_weights in enumerate(weights):
+        if row_weights is not None:
+            positions = mask[row].bool()
+            if int(positions.sum()) != len(row_weights):
+                raise ValueError(f"row {row}: {len(row_weights)} token weights for {int(positions.sum())} model tokens")
+            out[row, positions] = torch.tensor(row_weights, dtype=out.dtype, device=out.device)
+    return out
+
+
 def ptx_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Token-mean NLL of `labels` (IGNORE_INDEX = not trained), labels aligned with inputs (shifted here)."""
     shift_logits, shift_labels = logits[:, :-1].float(), labels[:, 1:]

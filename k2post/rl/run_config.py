@@ -18,7 +18,13 @@ from k2post.config.registry import register_run_config
 from k2post.envs.mix import EnvEntryConfig
 from k2post.models.config import ModelConfig
 from k2post.optim.config import OptimConfig
-from k2post.rl.config import BudgetConfig, LengthPenaltyConfig, PromptSamplingConfig, TemperatureConfig
+from k2post.rl.config import (
+    BudgetConfig,
+    ISCorrectionConfig,
+    LengthPenaltyConfig,
+    PromptSamplingConfig,
+    TemperatureConfig,
+)
 from k2post.rollout.config import AgenticRolloutConfig, VLLMEngineConfig
 from k2post.train.config import MOVED_TRAIN_KEYS, CheckpointConfig, LRScheduleConfig
 
@@ -76,6 +82,10 @@ class RLLossConfig(K2Config):
         ge=1,
         description="Sequences per trainer forward pass; groups_per_step * K / world_size / micro_batch_size "
         "forwards per step.",
+    )
+    is_correction: ISCorrectionConfig = Field(
+        default_factory=ISCorrectionConfig,
+        description="Truncated importance sampling against the engine's behaviour log-probs (docs/RL.md).",
     )
 
     @model_validator(mode="after")
@@ -257,6 +267,17 @@ class RLConfig(K2Config):
     critic: RLCriticConfig = Field(
         default_factory=RLCriticConfig, description="The critic's closed loop (critic_calibration in the mix)."
     )
+    routing_replay: bool = Field(
+        False,
+        description="MoE models: the engines record each token's experts and the trainer's pi_old and loss forwards "
+        "use them (turns rollout.engine.record_routing on; the engines then run without prefix caching).",
+    )
+
+    @model_validator(mode="after")
+    def _replay_records(self) -> "RLConfig":
+        if self.routing_replay and not self.rollout.engine.record_routing:
+            self.rollout.engine.record_routing = True  # replay needs what the engines record
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":

@@ -5,7 +5,7 @@ is the plain class) and drives them in lock step: every method below that touche
 collective over the ranks (gloo on CPU, nccl on GPU), so the controller calls it on all ranks
 at once. Per iteration:
 
-    logp_old = worker.sequence_logprobs(rows)         # pi_old: the weights that generated them
+    old = worker.old_policy(rows)                     # pi_old per model token (+ routing agreement with the engine)
     row = worker.train_step(micro_batches, step)      # K1.5 (+ PTX) -> engine.backward/step -> QK-Clip
     worker.push_weights()                             # checkpoint engine -> this rank's rollout actor
 
@@ -27,7 +27,17 @@ import torch
 from k2post.train.memory import peak_rss_mib, rss_mib
 from k2post.rl.batch import TrainSequence, micro_loss_scale, pad_rows
 from k2post.optim.qk_clip import recording_real_tokens
-from k2post.rl.losses import k15_residuals, logits_window, ptx_loss, sequence_logprob, tail_logprobs, token_entropy
+from k2post.rl.losses import (
+    k15_residuals,
+    logits_window,
+    masked_token_lists,
+    ptx_loss,
+    sequence_logprob,
+    tail_logprobs,
+    token_entropy,
+    weight_matrix,
+)
+from k2post.rl.routing_replay import RoutingReplay, RoutingStats, moe_gates, recorded_batch
 from k2post.rl.ptx_rows import ptx_row_domains, select_ptx_rows
 from k2post.rl.run_config import RLConfig
 
@@ -119,6 +129,10 @@ class RLTrainerWorker:
         self.pad_id = int(
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
+        # recorded routing is compared on every MoE model and forced with routing_replay (pi_old and the loss)
+        self.routing = RoutingReplay(self.engine.module) if self.cfg.routing_replay else None
+        if self.routing is None and moe_gates(self.engine.module):
+            self.routing = RoutingReplay(self.engine.module)
 
     def _load_ptx(self) -> list[Any]:
         if self.cfg.loss.ptx_coef == 0:
@@ -143,6 +157,8 @@ class RLTrainerWorker:
     def _make_sender(self):
         from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
 
+        from k2post.rollout.weight_update import checkpoint_named_tensors
+
         config = CheckpointEngineConfig(
             bucket_nbytes=self.cfg.trainer.bucket_mb << 20,
             timeout_s=300.0,
@@ -150,8 +166,8 @@ class RLTrainerWorker:
         )
         serve = self.rank < self.cfg.rollout.replicas  # rank r feeds replica r; the others only broadcast
         sender = WeightSender(config, rank=self.rank, world_size=self.world_size, serve=serve)
-        for name, param in self.engine.module.named_parameters():
-            sender.register(name, param.data, owner=0)
+        for name, tensor in checkpoint_named_tensors(self.engine.module):  # HF checkpoint names: what vLLM loads
+            sender.register(name, tensor, owner=0)
         return sender
 
     def ready(self) -> dict[str, Any]:
@@ -161,10 +177,13 @@ class RLTrainerWorker:
 
     # ------------------------------------------------------------------ forward passes
 
-    def _forward(self, rows: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _forward(
+        self, rows: list[TrainSequence], routing: RoutingStats | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Logits of the trailing positions that predict trained tokens [B, L, V] (`logits_window`: the
         prompt-only positions before them need no LM head or softmax), input ids [B, T] and loss mask [B, T]
-        of a micro-batch (right-padded).
+        of a micro-batch (right-padded). Rows with a recorded routing are compared with (and, with
+        routing_replay, routed like) the engine; the counts go into `routing`.
 
         QK-Clip's recorder counts only the real tokens: the trainer passes no attention mask, and
         right padding is harmless to causal attention but would enter S_max."""
@@ -173,33 +192,57 @@ class RLTrainerWorker:
         mask = torch.tensor(masks, dtype=torch.float32, device=self.engine.device)
         lengths = torch.tensor([len(r.token_ids) for r in rows], device=self.engine.device)
         valid = torch.arange(input_ids.shape[1], device=self.engine.device)[None, :] < lengths[:, None]  # [B, T]
-        with recording_real_tokens(self.recorder, valid):
+        with recording_real_tokens(self.recorder, valid), self._routing(rows, valid, routing):
             logits = self.engine(input_ids=input_ids, use_cache=False, logits_to_keep=logits_window(mask)).logits
         return logits, input_ids, mask
 
+    @contextlib.contextmanager
+    def _routing(self, rows: list[TrainSequence], valid: torch.Tensor, into: RoutingStats | None):
+        """The engine's recorded experts for this batch: compared always, forced with routing_replay."""
+        recorded = None
+        if self.routing is not None:
+            recorded = recorded_batch(
+                [r.routing for r in rows], valid.shape[1], len(self.routing.layers), self.routing.top_k
+            )
+        if recorded is None:
+            yield
+            return
+        with self.routing.forcing(recorded, valid.cpu(), replay=self.cfg.routing_replay) as stats:
+            yield
+        if into is not None:
+            into.add(stats)
+
     @torch.no_grad()
-    def sequence_logprobs(self, rows: list[TrainSequence]) -> list[float]:
-        """log pi(y|x) per row under the current weights (masked token sum): pi_old for this iteration."""
-        out: list[float] = []
+    def old_policy(self, rows: list[TrainSequence]) -> dict[str, Any]:
+        """pi_old for this iteration (the current weights): each row's model-token log-probs, in order, and how
+        often this forward's expert choice differed from the engine's (`RoutingStats` fields)."""
+        tokens: list[list[float]] = []
+        routing = RoutingStats()
         size = self.cfg.loss.micro_batch_size
         recording = self.recorder.paused() if self.recorder is not None else contextlib.nullcontext()
         with recording:
             for start in range(0, len(rows), size):
-                logits, input_ids, mask = self._forward(rows[start : start + size])
-                out.extend(sequence_logprob(tail_logprobs(logits, input_ids), mask).tolist())
-        return out
+                logits, input_ids, mask = self._forward(rows[start : start + size], routing)
+                tokens.extend(masked_token_lists(tail_logprobs(logits, input_ids), mask))
+        return {"token_logprobs": tokens, "routing": vars(routing)}
+
+    def sequence_logprobs(self, rows: list[TrainSequence]) -> list[float]:
+        """log pi(y|x) per row under the current weights (the sum of `old_policy`'s token log-probs)."""
+        return [float(sum(row)) for row in self.old_policy(rows)["token_logprobs"]]
 
     def _micro_loss(
         self, rows: list[TrainSequence], old: list[float], scale: float, sums: dict[str, float]
     ) -> torch.Tensor:
         """scale * sum_i residual_i^2 of one micro-batch (`k15_residuals`); folds diagnostics into `sums`."""
         logits, input_ids, mask = self._forward(rows)
-        seq_logp = sequence_logprob(tail_logprobs(logits, input_ids), mask)  # [B]
+        weights = weight_matrix(mask, [r.token_weights for r in rows])  # IS weights (1 without the correction)
+        seq_logp = sequence_logprob(tail_logprobs(logits, input_ids), weights)  # [B]
         advantages = torch.tensor([r.advantage for r in rows], device=seq_logp.device)
         residual, logratio = k15_residuals(
             seq_logp, torch.tensor(old, device=seq_logp.device), advantages, self.cfg.loss.tau
         )
-        residual_sq = residual.pow(2).sum()
+        keep = torch.tensor([float(r.keep) for r in rows], device=seq_logp.device)  # the IS sequence mask
+        residual_sq = (residual.pow(2) * keep).sum()
         with torch.no_grad():
             response = mask[
                 :, mask.shape[1] - logits.shape[1] + 1 :
@@ -339,10 +382,10 @@ class RLTrainerWorker:
     def push_weights(self, verify: bool = False) -> dict[str, Any]:
         """Stream the current weights to this rank's rollout actor (it must be receiving on `open_push`'s address);
         with `verify`, also the digest of every pushed tensor (compared with what the engine loaded)."""
-        from k2post.rollout.weight_update import tensor_digests
+        from k2post.rollout.weight_update import checkpoint_named_tensors, tensor_digests
 
         started = time.perf_counter()
-        digests = tensor_digests((n, p.data) for n, p in self.engine.module.named_parameters()) if verify else None
+        digests = tensor_digests(checkpoint_named_tensors(self.engine.module)) if verify else None
         digest_s = time.perf_counter() - started
         stats = self.sender.push()
         figures = {"nbytes": stats.nbytes, "seconds": stats.elapsed_s, "gb_per_s": stats.gb_per_s}

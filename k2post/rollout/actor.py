@@ -133,7 +133,14 @@ class RolloutWorker:
 
     def run_iteration(self, iteration: int = 0, score: bool = True) -> list[Episode]:
         """Step every queued/paused episode for one iteration; returns the finished ones (scored
-        into `Episode.reward` when `score`) and keeps the paused ones for the next iteration."""
+        into `Episode.reward` when `score`) and keeps the paused ones for the next iteration.
+
+        The engine's prefix cache is emptied first, so an iteration's rollouts depend only on the weights and the
+        episodes: a paused episode is re-prefilled whether or not its KV blocks survived (they do when no push
+        came between, never in a resumed run), which keeps a resumed run bit-identical to an uninterrupted one."""
+        reset = getattr(self.engine, "reset_prefix_cache", None)
+        if callable(reset):
+            reset()
         result = self._runner().run_iteration(self.episodes, iteration)
         self.episodes = result.paused
         if score:
@@ -164,13 +171,24 @@ class RolloutWorker:
         return self.engine.load_weights(named_tensors)
 
     def receive_weights(
-        self, address: str, timeout_s: float = 60.0, verify_checksum: bool = True, verify_push: bool = False
+        self,
+        address: str,
+        timeout_s: float = 60.0,
+        verify_checksum: bool = True,
+        verify_push: bool = False,
+        version: int | None = None,
     ) -> dict[str, Any]:
         """Receive one checkpoint-engine update from the sender at `address` into the engine
-        (see `VLLMEngine.receive_update`; `verify_push`: the loaded tensors' digests come back)."""
+        (see `VLLMEngine.receive_update`; `verify_push`: the loaded tensors' digests come back; `version`: the
+        policy version the tokens generated from now on are tagged with)."""
         return self.engine.receive_update(
-            address, timeout_s=timeout_s, verify_checksum=verify_checksum, verify_push=verify_push
+            address, timeout_s=timeout_s, verify_checksum=verify_checksum, verify_push=verify_push, version=version
         )
+
+    def set_weights_version(self, version: int) -> int:
+        """Tag the weights the engine holds (a resumed run's engine starts from its checkpoint's step)."""
+        self.engine.weights_version = version
+        return version
 
     def weights_version(self) -> int:
         """How many weight updates the engine has taken."""

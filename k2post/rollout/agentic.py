@@ -35,6 +35,7 @@ from k2post.chat.types import Message, ToolSpec, format_call_id
 from k2post.envs.base import Environment, MultiTurnEnvironment, Reward, Task
 from k2post.envs.workers import check_reward, error_text
 from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
+from k2post.rollout.routing_capture import merge_first
 from k2post.rollout.engine import Generation, RolloutEngine, parse_generation, turn_stop_ids, with_turn_stops
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Episode:
     loss_mask: list[int] = field(default_factory=list)  # [len(token_ids)]; 1 = written by the model
     logprobs: list[float] = field(default_factory=list)  # [len(token_ids)]; 0.0 where loss_mask == 0
     versions: list[int] = field(default_factory=list)  # [len(token_ids)]; -1 where loss_mask == 0
+    routing: Any = None  # record_routing: int16 [len(token_ids), moe_layers, top_k], first record per position
     segments: list[Segment] = field(default_factory=list)
     env_turns: list[Message] = field(default_factory=list)  # assistant turns handed to env.step
     turn_start: int = 0  # where the current assistant turn starts in token_ids
@@ -307,6 +309,8 @@ class AgenticRollout:
             else [0.0] * len(generation.token_ids)
         )
         _append(episode, generation.token_ids, written=True, logprobs=logprobs, version=version)
+        if generation.routed_experts is not None:
+            episode.routing = merge_first(episode.routing, generation.routed_experts)
         episode.generated_tokens += len(generation.token_ids)
         if generation.token_ids:
             episode.segments.append(Segment(start, len(episode.token_ids), version, iteration))

@@ -32,6 +32,12 @@ class VLLMEngineConfig(K2Config):
         description="GPU: build with vLLM sleep mode so sleep() frees weights/KV memory (None: on when CUDA is "
         "present). CPU: ignored; sleep() frees the KV cache with k2post's own CPU path.",
     )
+    record_routing: bool = Field(
+        False,
+        description="MoE models: record the experts each token was routed to (per MoE layer) and return them with "
+        "every generation (`Generation.routed_experts`; RL's routing_replay). Turns prefix caching off so every "
+        "token is computed, hence recorded.",
+    )
     disable_mla: bool | None = Field(
         None,
         description="Set VLLM_MLA_DISABLE for MLA models (DeepSeek-V3/K2): attention then materializes K/V from "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -42,6 +42,7 @@ class Generation:
     logprobs: list[float] = field(default_factory=list)  # [len(token_ids)], of the sampled tokens
     text: str = ""
     finish_reason: str | None = None  # "stop" | "length" | None
+    routed_experts: Any = None  # record_routing: int16 [prompt + response tokens, moe_layers, top_k], -1 = none
 
 
 @dataclass

@@ -130,6 +130,8 @@ class VLLMEngine:
 
             apply_cpu_patches()  # before LLM(...): the dispatch runs at weight-load time
         self.llm = None
+        self.routing_layers: list[int] = []  # record_routing: the MoE layer ids of `Generation.routed_experts`
+        self.routing_top_k = 0
         self.llm = self._build(self.model_path)
         _LIVE_ENGINES.add(self)
         self.weight_update_mode = self._pick_update_mode()
@@ -148,7 +150,7 @@ class VLLMEngine:
             (not self.cpu) if self.cfg.enable_sleep_mode is None else (self.cfg.enable_sleep_mode and not self.cpu)
         )
         with frozen_heap():
-            return LLM(
+            llm = LLM(
                 **self._scheduler_kwargs(),
                 model=path,
                 tokenizer=self.model_path,
@@ -162,7 +164,11 @@ class VLLMEngine:
                 enable_sleep_mode=sleep_mode,
                 distributed_executor_backend="uni",
                 worker_extension_cls=WORKER_EXTENSION,
+                **({"enable_prefix_caching": False} if self.cfg.record_routing else {}),
             )
+        if self.cfg.record_routing:  # every (re)build gets the capture hooks
+            self.routing_layers, self.routing_top_k = llm.collective_rpc("k2post_record_routing")[0]
+        return llm
 
     def _scheduler_kwargs(self) -> dict:
         """Chunked prefill on or off (off: every prompt fits one scheduler step)."""
@@ -224,7 +230,21 @@ class VLLMEngine:
                 )
             params = [_sampling_params(s) for s in sampling]
         request_outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [_to_generations(list(ids), out) for ids, out in zip(prompts_ids, request_outputs)]
+        generations = [_to_generations(list(ids), out) for ids, out in zip(prompts_ids, request_outputs)]
+        if self.cfg.record_routing:
+            self._attach_routing(request_outputs, generations)
+        return generations
+
+    def _attach_routing(self, request_outputs: list, generations: list[list[Generation]]) -> None:
+        """Give each generation the experts its tokens were routed to (`routing_capture.assemble`)."""
+        from k2post.rollout.routing_capture import assemble, request_key
+
+        records = {request_key(rid): rec for rid, rec in self.llm.collective_rpc("k2post_take_routing")[0].items()}
+        for out, gens in zip(request_outputs, generations):
+            for completion, gen in zip(out.outputs, gens):
+                record = records.get((str(out.request_id), int(completion.index)))
+                length = len(gen.prompt_ids) + len(gen.token_ids)
+                gen.routed_experts = assemble(record, length, len(self.routing_layers), self.routing_top_k)
 
     def chat(
         self, dialogues: list[list[Message]], sampling: SamplingConfig, tools: Sequence[ToolSpec] | None = None
@@ -264,7 +284,12 @@ class VLLMEngine:
     update_weights_from_tensors = load_weights
 
     def receive_update(
-        self, address: str, timeout_s: float = 60.0, verify_checksum: bool = True, verify_push: bool = False
+        self,
+        address: str,
+        timeout_s: float = 60.0,
+        verify_checksum: bool = True,
+        verify_push: bool = False,
+        version: int | None = None,
     ) -> dict:
         """Receive one checkpoint-engine update from the sender at `address`.
 
@@ -272,7 +297,8 @@ class VLLMEngine:
         bucket as it arrives. Rebuild: the buckets are staged here and the engine is rebuilt once.
         Returns the receiver's figures plus the engine-side seconds and the new weights version. With
         `verify_push` (a full push): a parameter the push did not write is a PushVerificationError, and
-        `digests` (name -> digest of each tensor as loaded) come back for `compare_digests`."""
+        `digests` (name -> digest of each tensor as loaded) come back for `compare_digests`. `version` names
+        the policy version the weights are (RL: the trainer's optimizer step); without it the version counts up."""
         self._check_awake("load weights")
         started = time.perf_counter()
         with self.weight_update():
@@ -283,6 +309,8 @@ class VLLMEngine:
                     "k2post_receive_update", args=(address, self.cpu, timeout_s, verify_checksum, verify_push)
                 )[0]
             self._pending_update = True
+        if version is not None:
+            self.weights_version = version
         return {
             **stats,
             "engine_s": time.perf_counter() - started,

@@ -33,6 +33,28 @@ class PushVerificationError(WeightUpdateError):
     """After a push, the engine's weights are not the trainer's: a tensor skipped, swapped or changed."""
 
 
+def checkpoint_named_tensors(model: torch.nn.Module) -> NamedTensors:
+    """The model's weights under its HF checkpoint names, which vLLM's `load_weights` takes: transformers keeps
+    MoE experts fused in 3-D parameters (`mlp.experts.gate_up_proj` [E, 2I, H], `mlp.experts.down_proj`
+    [E, H, I]) that its checkpoints, and vLLM, name per expert (`mlp.experts.{e}.gate_proj.weight` [I, H], ...).
+    Those are split here into per-expert views (no copy); every other tensor of the state dict (parameters and
+    persistent buffers such as the router's `e_score_correction_bias`) is passed as it is."""
+    out: NamedTensors = []
+    for name, value in model.state_dict(keep_vars=True).items():
+        tensor = value.data
+        if name.endswith("mlp.experts.gate_up_proj") and tensor.dim() == 3:
+            prefix, half = name.removesuffix("gate_up_proj"), tensor.shape[1] // 2
+            for expert in range(tensor.shape[0]):
+                out.append((f"{prefix}{expert}.gate_proj.weight", tensor[expert, :half]))
+                out.append((f"{prefix}{expert}.up_proj.weight", tensor[expert, half:]))
+        elif name.endswith("mlp.experts.down_proj") and tensor.dim() == 3:
+            prefix = name.removesuffix("down_proj")
+            out.extend((f"{prefix}{expert}.down_proj.weight", tensor[expert]) for expert in range(tensor.shape[0]))
+        else:
+            out.append((name, tensor))
+    return out
+
+
 def tensor_digests(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, str]:
     """Name -> xxh3-64 digest of each tensor's bytes (what the post-push verification compares)."""
     from k2post_checkpoint_engine.checksum import piece_digest

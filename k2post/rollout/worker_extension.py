@@ -9,7 +9,9 @@ each worker process for a multiprocess executor:
   buckets arrive through the two IPC buffers and are loaded as they come (the caller resets the
   prefix cache when the update is done);
 - `k2post_in_place_problems(cpu)` — why in-place pushes would fail on the built model;
-- `k2post_free_kv_cache()` / `k2post_restore_kv_cache()` — the CPU sleep path.
+- `k2post_free_kv_cache()` / `k2post_restore_kv_cache()` — the CPU sleep path;
+- `k2post_record_routing()` / `k2post_take_routing()` — record each token's MoE experts
+  (`k2post.rollout.routing_capture`).
 """
 
 from __future__ import annotations
@@ -88,3 +90,15 @@ class K2PostWorkerExtension:
     def k2post_restore_kv_cache(self) -> int:
         """CPU wake-up: re-allocate the KV cache. Returns bytes re-allocated."""
         return sleep_ops.restore_kv_cache(self)
+
+    def k2post_record_routing(self) -> tuple[list[int], int]:
+        """Hook every MoE router of the model; returns (MoE layer ids, top_k) of what will be recorded."""
+        from k2post.rollout.routing_capture import RoutingRecorder
+
+        recorder = RoutingRecorder.install(self)
+        return recorder.layer_ids, recorder.top_k
+
+    def k2post_take_routing(self) -> dict[str, Any]:
+        """Recorded experts per vLLM request id since the last take: (positions [n], experts [n, L, k])."""
+        recorder = getattr(self, "k2post_routing", None)
+        return recorder.take() if recorder is not None else {}

@@ -27,6 +27,16 @@ CASES = {
     "muon_step.py": (["--smoke"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
+    "rl_consistency.py": (
+        ["--quick"],
+        {
+            "mismatch_kl_no_replay",
+            "mismatch_kl_replay",
+            "router_disagree_no_replay",
+            "router_disagree_replay",
+            "verify_cost_ratio",
+        },
+    ),
     "rollout.py": (["--smoke"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
     "sandbox_backends.py": (["--runs", "2"], {"k2post_ms", "bwrap_ms", "plain_ms", "k2post_over_bwrap", "runs"}),
     "rl_vs_trl.py": (
@@ -60,6 +70,7 @@ TOGETHER = [
         "rollout.py",
         "weight_sync.py",
         "sandbox_backends.py",
+        "rl_consistency.py",
     ),
 ]
 GROUPS = [*TOGETHER, *((script,) for script in sorted(CASES) if not any(script in group for group in TOGETHER))]

@@ -121,3 +121,11 @@ def ray_head():
     finally:
         _stop_tree(start.pid)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def coin_policy_dir(tiny_qwen2_dir, tmp_path_factory):
+    """A tiny-qwen2 that samples a passing or a failing reply to lowercase prompts (tests/pipelines/coin_policy.py)."""
+    from coin_policy import train_coin_policy
+
+    return train_coin_policy(tiny_qwen2_dir, tmp_path_factory.mktemp("coin") / "policy")

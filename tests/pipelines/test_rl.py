@@ -4,11 +4,14 @@
 - `k2post rl CONFIG` writes the run dir (config, metrics.jsonl, TensorBoard, PNG plots, HF checkpoints, final/);
 - a run SIGKILLed between steps (just after a checkpoint), resumed with `k2post rl --resume RUN_DIR`, SIGKILLed
   again at a random point and resumed to the end, ends with the same metrics and bit-identical weights as the
-  uninterrupted run;
-- 2 trainer ranks (ZeRO-2) + 2 rollout replicas: a SIGKILLed rollout actor is replaced, re-synced and the run goes on.
+  uninterrupted run: the same prompts drawn, episodes finished, partial rollouts paused and resumed, groups
+  trained and judge tasks harvested into critic_calibration's pool (`ledger/*`), with the IS correction on;
+- 2 trainer ranks (ZeRO-2) + 2 rollout replicas on tiny-k2 (MoE) with bf16 engines and routing replay: a
+  SIGKILLed rollout actor is replaced, re-synced and the run goes on; the trainer used the engines' experts.
 
-The policy is the untrained tiny-qwen2 on instruction_following (partial rewards per constraint, so groups
-have non-zero advantages); learning itself is shown by `make demo` (docs/RL.md).
+The kill chain's policy is the coin policy (tests/pipelines/coin_policy.py: mixed rewards on lowercase prompts);
+the others run the untrained tiny models on instruction_following. Learning itself is shown by `make demo`
+(docs/RL.md).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from coin_policy import IF_CONFIG
 from proc_helpers import run_bounded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,6 +100,22 @@ def _metrics(run_dir: Path) -> list[dict]:
     return read_metrics(run_dir / "metrics.jsonl")
 
 
+# the kill chain: the coin policy (mixed groups, so judge tasks are harvested into critic_calibration's pool),
+# partial rollouts (an episode pauses after 12 tokens an iteration; turns end by 24: <= 2 iterations), IS correction
+CHAIN = {
+    "envs": [
+        {"name": "instruction_following", "config": IF_CONFIG},
+        {"name": "critic_calibration", "config": {"sources": [{"name": "instruction_following", "config": IF_CONFIG}]}},
+    ],
+    "rollout": {
+        "prompts_per_iteration": 8,
+        "engine": {"dtype": "float32", "max_model_len": 1024, "max_num_seqs": 32, "kv_cache_gib": 0.5},
+        "agentic": {"max_turns": 1, "max_turn_tokens": 24, "max_episode_tokens": 48, "iteration_token_budget": 12},
+    },
+    "loss": {"groups_per_step": 4, "micro_batch_size": 8, "tau": 0.05, "is_correction": {"enabled": True}},
+}
+
+
 @pytest.fixture(scope="module")
 def work():
     with tempfile.TemporaryDirectory(prefix="k2rl_", dir="/tmp") as tmp:  # short: Ray's socket paths have a limit
@@ -114,27 +134,35 @@ def test_bad_config_is_rejected_before_any_actor_starts(work, tiny_qwen2_dir):
 
 
 @pytest.mark.slow
-def test_run_dir_then_sigkill_and_resume_matches_the_uninterrupted_run(work, tiny_qwen2_dir):
+def test_run_dir_then_sigkill_and_resume_matches_the_uninterrupted_run(work, coin_policy_dir):
     """One chain of kills against one uninterrupted run (started alongside, so the two share the 2 cores):
     the chain is SIGKILLed between steps (just after the iteration-1 checkpoint), resumed, SIGKILLed again at a
     random point of the resumed run, and resumed to the end; it must end like the uninterrupted run."""
     straight, straight_log = work / "straight", work / "straight.log"
-    cfg = _config(straight, tiny_qwen2_dir, work / "ray_s")
+    cfg = _config(straight, coin_policy_dir, work / "ray_s", **CHAIN)
     reference = _start(["rl", str(_write(work / "straight.yaml", cfg))], straight_log)
     killed, log = work / "killed", work / "killed.log"
     try:
         # between steps: just after the iteration-1 checkpoint
-        cfg = _config(killed, tiny_qwen2_dir, work / "ray_k1")
+        cfg = _config(killed, coin_policy_dir, work / "ray_k1", **CHAIN)
         proc = _start(["rl", str(_write(work / "killed.yaml", cfg))], log)
         _kill_when(proc, lambda: (killed / "checkpoints/iter-1/controller.pkl").exists(), 0.0, log, work / "ray_k1")
         assert not (killed / "final").exists() and _metrics(killed)[-1]["iteration"] == 1
-        # at a random point of the resumed run: a seeded delay after its setup rewrote metrics.jsonl (iterations 2-3
-        # and the final model are still to come)
-        delay = random.Random(int(os.environ.get("K2POST_KILL_SEED", time.time_ns() % 10_000))).uniform(0.0, 2.5)
-        print(f"random kill point: {delay:.2f}s after the resumed run's setup (K2POST_KILL_SEED to replay)")
+        # at a random point of the resumed run: a seeded short delay after a seeded progress point (its setup
+        # rewrote metrics.jsonl, or it logged iteration 2); iteration 3 and the final model are still to come
+        rng = random.Random(int(os.environ.get("K2POST_KILL_SEED", time.time_ns() % 10_000)))
+        after_setup, delay = rng.random() < 0.5, rng.uniform(0.0, 0.5)
+        point = "its setup" if after_setup else "iteration 2 was logged"
+        print(f"random kill point: {delay:.2f}s after {point} (K2POST_KILL_SEED to replay)")
         stamp = (killed / "metrics.jsonl").stat().st_mtime_ns
+
+        def reached() -> bool:
+            if after_setup:
+                return (killed / "metrics.jsonl").stat().st_mtime_ns != stamp
+            return any(r["iteration"] == 2 for r in _metrics(killed))
+
         proc = _start(["rl", "--resume", str(killed), f"ray.temp_dir={work / 'ray_k2'}"], log)
-        _kill_when(proc, lambda: (killed / "metrics.jsonl").stat().st_mtime_ns != stamp, delay, log, work / "ray_k2")
+        _kill_when(proc, reached, delay, log, work / "ray_k2")
         assert not (killed / "final").exists()
         done = _cli("--resume", str(killed), f"ray.temp_dir={work / 'ray_r'}")
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -145,13 +173,24 @@ def test_run_dir_then_sigkill_and_resume_matches_the_uninterrupted_run(work, tin
             reference.wait()
             _kill_leftovers(str(work / "ray_s"))
     assert reference.returncode == 0, straight_log.read_text()[-3000:]
-    _check_run_dir(straight, tiny_qwen2_dir)
-    assert _stable(_metrics(killed)) == _stable(_metrics(straight))
+    _check_run_dir(straight, coin_policy_dir)
+    got, want = _stable(_metrics(killed)), _stable(_metrics(straight))
+    differing = [
+        (r["iteration"], k, r.get(k), w.get(k))
+        for r, w in zip(got, want)
+        for k in set(r) | set(w)
+        if r.get(k) != w.get(k)
+    ]
+    assert len(got) == len(want) and not differing, differing[:8]
     # ... ledger/* included: per iteration the same prompts drawn, episodes finished (paused partial rollouts
     # among them), groups trained and paused, harvested pool — nothing lost or repeated across the kills
     ledgers = [{k: v for k, v in r.items() if k.startswith("ledger/")} for r in _metrics(killed)[1:]]
     assert ledgers and all(len(ledger) == 10 for ledger in ledgers), ledgers[:1]
-    assert sum(ledger["ledger/finished_n"] for ledger in ledgers) > 0
+    for what in ("finished", "paused", "pool"):  # each kind of thing the ledger counts was there to lose
+        assert sum(ledger[f"ledger/{what}_n"] for ledger in ledgers) > 0, what
+    rows = [r for r in _metrics(killed)[1:] if "consistency/kl" in r]  # the iterations that trained
+    assert max(r["consistency/older_version_share"] for r in rows) > 0  # continued partial rollouts: older tokens
+    assert all(r["consistency/kl_current"] < 1e-9 for r in rows)  # fp32 engine: current-version tokens in sync
     a, b = (
         load_file(str(straight / "final" / "model.safetensors")),
         load_file(str(killed / "final" / "model.safetensors")),
@@ -189,20 +228,26 @@ def _kill_when(proc: subprocess.Popen, ready, wait_s: float, log: Path, ray_tmp:
 
 
 def _check_run_dir(run_dir: Path, start_dir: Path) -> None:
+    """Everything a run dir holds: every iteration's timings and memory, rollout figures where episodes finished,
+    training figures where steps were taken (partial rollouts can leave an iteration without either)."""
     rows = _metrics(run_dir)
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
+    finished = [r for r in rows[1:] if r.get("rollout/finished")]
+    trained = [r for r in rows[1:] if r.get("train/steps")]
+    assert finished and trained
+    for key in ("time/rollout_s", "memory/colocated_peak_mib"):
+        assert all(key in r for r in rows[1:]), key
+    for key in ("reward/mean", "rollout/truncation_rate"):
+        assert all(key in r for r in finished), key
     for key in (
-        "reward/mean",
-        "rollout/truncation_rate",
-        "time/rollout_s",
         "time/train_s",
         "time/push_s",
-        "memory/colocated_peak_mib",
         "train/k15_loss",
         "rollout/groups_nonzero_adv_frac",
         "rollout/reward_std_mean",
+        "consistency/kl",
     ):
-        assert all(key in r for r in rows[1:]), key
+        assert all(key in r for r in trained), key
     assert "eval/instruction_following/accuracy" in rows[0] and "eval/instruction_following/accuracy" in rows[-1]
     assert (run_dir / "config.yaml").is_file() and list((run_dir / "tb").glob("events.out.tfevents.*"))
     assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {
@@ -225,21 +270,23 @@ def _check_run_dir(run_dir: Path, start_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_qwen2_dir):
+def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_k2_dir):
     import ray
 
     from k2post.config.loader import validate_config
     from k2post.rl.controller import RLRun
     from k2post.rl.run_config import RLConfig
 
+    engine = {"dtype": "bfloat16", "max_model_len": 512, "max_num_seqs": 32, "kv_cache_gib": 0.5}
     raw = _config(
         work / "dp",
-        tiny_qwen2_dir,
+        tiny_k2_dir,  # MoE: bf16 engines record their experts, the fp32 trainer replays them
         work / "ray_d",
-        rollout={"replicas": 2, "prompts_per_iteration": 2},  # one group per replica
+        rollout={"replicas": 2, "prompts_per_iteration": 2, "engine": engine},  # one group per replica
         loss={"groups_per_step": 2, "micro_batch_size": 4},
         trainer={"world_size": 2, "zero_stage": 2},
         train={"iterations": 4},  # iterations 0-2 are driven below; no held-out eval falls due in them
+        routing_replay=True,
     )
     run = RLRun(validate_config(RLConfig, raw, "test"))
     try:
@@ -253,6 +300,10 @@ def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_qwen2_
         assert second["rollout/actor_restarts"] == 1
         third = run.iteration(2)  # the replacement serves and receives pushes like the others
         assert third["rollout/finished"] > 0 and run.rollouts.restarts == 1
+        for row in (first, second, third):  # every trained token came with the engine's experts, and they were used
+            if row["train/steps"]:
+                assert row["routing/tokens"] > 0 and row["routing/disagree_used"] == 0.0, row
+                assert row["consistency/kl"] > 0  # a bf16 engine against the fp32 trainer
         versions = ray.get([a.weights_version.remote() for a in run.rollouts.actors])
         assert all(v >= 1 for v in versions)
     finally:

@@ -25,7 +25,6 @@ the shipped copy. Without the code a process told to load it fails with the regi
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -38,14 +37,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from coin_policy import IF_CONFIG
 from proc_helpers import run_bounded
 from ray_jobs import job_status, submit
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 K = 4
-IF_CONFIG = {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8, "dev_size": 8}
-REPLIES = ["all in lowercase here.", "Not In Lowercase Here."]  # the policy says either, about half the time each
 PLUGIN_REF, PLUGIN_ENV, PLUGIN_REWARD = "k2post_job_plugin.dice:DiceEnv", "job_dice", 0.375
 PLUGIN = """
 import json, os, sys
@@ -77,37 +75,6 @@ class DiceEnv(Environment):
     def score(self, task, response):
         return Reward(value={reward!r})
 """
-
-
-@pytest.fixture(scope="module")
-def coin_policy_dir(tiny_qwen2_dir, tmp_path_factory):
-    """tiny-qwen2 trained briefly on both replies to lowercase-constraint prompts: it samples one or the
-    other (an untrained model's groups are all-pass or all-fail, so nothing would be harvested)."""
-    import torch
-
-    import k2post_environments  # noqa: F401  (registers the gyms)
-    from k2post.chat.template import render_ids
-    from k2post.chat.types import Message
-    from k2post.envs.registry import make_environment
-    from k2post.models.loading import load_tokenizer
-
-    sys.path.insert(0, str(REPO / "tests" / "k2post" / "rollout"))
-    from tool_model import Trajectory, train_on
-
-    env, tokenizer = make_environment("instruction_following", IF_CONFIG), load_tokenizer(tiny_qwen2_dir)
-    trajectories = []
-    for task in itertools.islice(env.tasks("train", seed=0), 4):
-        for reply in REPLIES:
-            rendered = render_ids(tokenizer, [*task.messages, Message(role="assistant", content=reply)])
-            trajectories.append(Trajectory(task, rendered.input_ids, rendered.assistant_mask, []))
-    out = tmp_path_factory.mktemp("coin") / "policy"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model's ops gain nothing from 2 threads, and lose 10x when the cores are busy
-    try:
-        train_on(tiny_qwen2_dir, out, trajectories, max_steps=40)
-    finally:
-        torch.set_num_threads(threads)
-    return out
 
 
 def _config(run_dir: Path, model_dir: Path, ray_tmp: Path) -> dict:

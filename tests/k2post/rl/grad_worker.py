@@ -5,9 +5,10 @@
 
 A rank builds the real `RLTrainerWorker` (DeepSpeed + ZeroMuonClip, 2 gloo ranks), takes its shard of
 the step's rows as the controller does (`shard_for_ranks`, `micro_batches`: 2 micro-batches of 2 rows),
-and saves `loss_gradient` (the gradient `train_step` would apply, PTX included). The reference loads
-the same HF model alone and saves autograd of `k15_loss` over all rows + ptx_coef x the mean over ranks
-of `ptx_loss` on each rank's PTX rows.
+and saves `loss_gradient` (the gradient `train_step` would apply, PTX included). The rows carry IS token
+weights and one is masked out (loss.is_correction, docs/RL.md). The reference loads the same HF model alone
+and saves autograd of the documented loss written out by hand, (1/N) sum_i m_i (A_i - tau sum_t w_t
+(log pi - log pi_old)(y_t))^2, + ptx_coef x the mean over ranks of `ptx_loss` on each rank's PTX rows.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def rows_and_offsets():
     for i, adv in enumerate(advantages):
         n = 7 + 3 * (i % 3)  # unequal lengths: padding inside micro-batches
         tokens = [(17 * i + 5 * t) % 200 + 10 for t in range(n)]
-        rows.append(TrainSequence(tokens, [0, 0, 0] + [1] * (n - 3), adv, f"g{i // K}/{i % K}"))
+        row = TrainSequence(tokens, [0, 0, 0] + [1] * (n - 3), adv, f"g{i // K}/{i % K}")
+        row.token_weights = [0.4 + 0.3 * ((i + t) % 5) for t in range(n - 3)]  # truncated IS weights in (0, C]
+        row.keep = i != 5  # the IS sequence mask drops one row
+        rows.append(row)
     offsets = [0.05 * (i - 3.5) for i in range(len(rows))]  # nonzero log-ratios: the tau term matters
     return rows, offsets
 
@@ -61,6 +65,7 @@ def config(model_dir: str, ptx_dir: str, stage: int):
 
 def run_rank(args) -> None:
     from k2post.rl.batch import micro_batches, shard_for_ranks
+    from k2post.rl.consistency import weighted_sum
     from k2post.rl.trainer import RLTrainerWorker
 
     worker = RLTrainerWorker(config(args.model, args.ptx, args.stage), args.model, args.rank, args.port)
@@ -68,7 +73,8 @@ def run_rank(args) -> None:
         rows, offsets = rows_and_offsets()
         shard = shard_for_ranks(rows, WORLD)[args.rank]
         mine = shard_for_ranks(offsets, WORLD)[args.rank]
-        old = [v - o for v, o in zip(worker.sequence_logprobs(shard), mine)]
+        tokens = worker.old_policy(shard)["token_logprobs"]
+        old = [weighted_sum(t, r.token_weights) - o for t, r, o in zip(tokens, shard, mine)]  # as the controller
         grads = worker.loss_gradient(micro_batches(shard, MICRO), micro_batches(old, MICRO), STEP)
         if args.rank == 0:
             torch.save(grads, Path(args.out) / f"stage{args.stage}.pt")
@@ -100,7 +106,8 @@ def ptx_batches(model_dir: str, ptx_dir: str, pad_id: int):
 def run_reference(args) -> None:
     from k2post.models.loading import load_causal_lm, load_tokenizer
     from k2post.rl.batch import pad_rows
-    from k2post.rl.losses import k15_loss, ptx_loss, shifted_logprobs
+    from k2post.rl.batch import group_advantages_of
+    from k2post.rl.losses import ptx_loss, shifted_logprobs
     from k2post.sft.packing import model_inputs
 
     torch.manual_seed(0)
@@ -111,10 +118,13 @@ def run_reference(args) -> None:
     ids, masks = pad_rows([r.token_ids for r in rows], [r.loss_mask for r in rows], pad_id)
     input_ids, mask = torch.tensor(ids), torch.tensor(masks, dtype=torch.float32)
     logp = shifted_logprobs(model(input_ids=input_ids, use_cache=False).logits, input_ids)  # [N, T]
-    last = mask.shape[1] - 1 - mask.flip(-1).argmax(dim=-1)  # each row's last response token
-    logp_old = logp.detach().clone()
-    logp_old[torch.arange(len(rows)), last] -= torch.tensor(offsets)  # masked sum = log pi_now - offset
-    loss, _ = k15_loss(logp, logp_old, mask, torch.tensor(REWARDS), group_size=K, tau=TAU)
+    weights = torch.zeros_like(mask)
+    for i, row in enumerate(rows):
+        weights[i, mask[i].bool()] = torch.tensor(row.token_weights)
+    advantages = torch.tensor([a for g in range(GROUPS) for a in group_advantages_of(REWARDS[g * K : (g + 1) * K])])
+    log_ratio = (weights * (logp - logp.detach())).sum(-1) + torch.tensor(offsets)  # sum_t w_t (log pi - log pi_old)
+    keep = torch.tensor([float(r.keep) for r in rows])
+    loss = (keep * (advantages - TAU * log_ratio) ** 2).sum() / len(rows)
     ptx = [ptx_loss(model(**model_inputs(b)).logits, b["labels"]) for b in ptx_batches(args.model, args.ptx, pad_id)]
     (loss + PTX_COEF * sum(ptx) / WORLD).backward()
     torch.save({n: p.grad.detach().clone() for n, p in model.named_parameters()}, Path(args.out) / "reference.pt")

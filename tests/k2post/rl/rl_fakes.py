@@ -26,9 +26,16 @@ class FakeTrainerGroup:
         self.world_size, self.calls, self.version = world_size, calls, 0
         self.facts = [{"rank": r} for r in range(world_size)]
 
-    def sequence_logprobs(self, shards):
-        self.calls.append(("sequence_logprobs", [len(s) for s in shards]))
-        return [[(row.rollout_logprob or 0.0) - 0.01 for row in shard] for shard in shards]
+    def old_policy(self, shards):
+        """pi_old per model token: the engine's log-probs shifted by -0.01 (a small, known mismatch)."""
+        self.calls.append(("old_policy", [len(s) for s in shards]))
+        return [
+            {
+                "token_logprobs": [[lp - 0.01 for lp in row.behaviour_logprobs] for row in shard],
+                "routing": {"tokens": 0, "disagree": 0, "disagree_used": 0},
+            }
+            for shard in shards
+        ]
 
     def train_step(self, micro, old, step):
         self.calls.append(("train_step", step))
@@ -38,7 +45,8 @@ class FakeTrainerGroup:
     def offload(self, offload: bool) -> None:
         self.calls.append(("offload", offload))
 
-    def push_to(self, rollouts: FakeRolloutGroup) -> dict[str, float]:  # verification: tests/k2post/rollout
+    def push_to(self, rollouts: FakeRolloutGroup, version: int) -> dict[str, float]:  # verification: rollout tests
+        assert version == self.version, (version, self.version)  # the controller tags pushes with its step
         self.calls.append(("push", self.version))
         rollouts.versions = [self.version] * len(rollouts)
         return {"time/push_s": 0.0, "push/mb": 1.0}
@@ -131,6 +139,9 @@ class FakeRolloutGroup:
 
     def sleep(self, asleep: bool) -> None:
         self.calls.append(("sleep", asleep))
+
+    def set_version(self, version: int) -> None:
+        self.versions = [version] * len(self)
 
     def export_paused(self):
         return [list(queue) for queue in self.queued]

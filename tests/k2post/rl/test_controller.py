@@ -73,8 +73,8 @@ def test_loop_order_checkpoints_prune_and_final(tmp_path):
         "start_episodes",
         "sleep",
         "offload",
-        "sequence_logprobs",  # pi_old of both steps' data: the weights at the start of the iteration
-        "sequence_logprobs",
+        "old_policy",  # pi_old of both steps' data: the weights at the start of the iteration
+        "old_policy",
         "train_step",
         "train_step",
         "sleep",

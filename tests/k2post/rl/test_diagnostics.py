@@ -230,7 +230,7 @@ def test_train_rows_carry_the_signal_of_the_trained_groups():
     import types
 
     from k2post.rl import batch as rb
-    from k2post.rl.config import BudgetConfig, LengthPenaltyConfig
+    from k2post.rl.config import ISCorrectionConfig, BudgetConfig, LengthPenaltyConfig
     from k2post.rl.controller import PhaseTimer, RLRun
     from rl_fakes import FakeRolloutGroup, FakeTrainerGroup
 
@@ -241,7 +241,11 @@ def test_train_rows_carry_the_signal_of_the_trained_groups():
     run.state = types.SimpleNamespace(book=rb.GroupBook(k=2), step=0)
     run.cfg = types.SimpleNamespace(
         loss=types.SimpleNamespace(
-            max_steps_per_iteration=2, groups_per_step=2, micro_batch_size=2, drop_uniform_groups=False
+            max_steps_per_iteration=2,
+            groups_per_step=2,
+            micro_batch_size=2,
+            drop_uniform_groups=False,
+            is_correction=ISCorrectionConfig(),
         ),
         budget=BudgetConfig(),
         length_penalty=LengthPenaltyConfig(),

@@ -1,8 +1,9 @@
 """The RL trainer trains exactly the tested loss: its DeepSpeed gradient equals autograd of the reference.
 
 Two gloo ranks of the real `RLTrainerWorker` (ZeRO 1 and 2, 2 micro-batches per rank, PTX on, nonzero
-log-ratios) against one process that differentiates `k15_loss` + ptx_coef * mean-over-ranks `ptx_loss`
-on the same rows (tests/k2post/rl/grad_worker.py). Run: python -m pytest tests/k2post/rl/test_trainer_gradient.py -q
+log-ratios, IS token weights and a masked row) against one process that differentiates the K1.5 loss written out
+by hand + ptx_coef * mean-over-ranks `ptx_loss` on the same rows (tests/k2post/rl/grad_worker.py).
+Run: python -m pytest tests/k2post/rl/test_trainer_gradient.py -q
 """
 
 from __future__ import annotations

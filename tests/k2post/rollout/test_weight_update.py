@@ -12,6 +12,7 @@ absorb kv_b_proj.
 from __future__ import annotations
 
 import gc
+import re
 import shutil
 import threading
 import time
@@ -242,3 +243,30 @@ def test_rope_patch_makes_cpu_kernel_match_reference_for_3d_heads():
     torch.testing.assert_close(got_q, expected_q)
     torch.testing.assert_close(got_k, expected_k)
     torch.testing.assert_close(wide[..., 64:], expected_q)  # written back in place into the view
+
+
+@pytest.mark.slow
+def test_verified_push_catches_a_skipped_a_swapped_and_a_flipped_tensor(tiny_qwen2_dir):
+    """Real engine, its own process (tests/k2post/rollout/verified_push_worker.py): each fault is named."""
+    import json
+    import os
+    import sys
+
+    from proc_helpers import run_bounded
+
+    worker = Path(__file__).with_name("verified_push_worker.py")
+    repo = Path(__file__).resolve().parents[3]
+    done = run_bounded(
+        [sys.executable, str(worker), str(tiny_qwen2_dir)],
+        timeout=300,
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdicts["whole"] == "ok"
+    assert verdicts["skipped"].startswith("PushVerificationError") and "unwritten" in verdicts["skipped"]
+    assert "model.layers.0.mlp.down_proj.weight" in verdicts["skipped"]
+    assert verdicts["swapped"].startswith("PushVerificationError")
+    assert re.search(r"model\.layers\.0\.self_attn\.[qo]_proj\.weight", verdicts["swapped"])
+    assert verdicts["flipped"].startswith("PushVerificationError") and "model.norm.weight" in verdicts["flipped"]

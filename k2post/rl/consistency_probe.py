@@ -1,0 +1,91 @@
+"""How far a rollout engine's log-probs are from the trainer's on the same sampled tokens, with and without
+routing replay: what tests/k2post/rollout/test_train_inference_consistency.py checks and
+benchmarks/rl_consistency.py reports.
+
+    gens = [g for out in engine.generate(prompts, sampling) for g in out]      # engine with record_routing
+    report = probe(model, gens, ISCorrectionConfig(enabled=True))              # model: the fp32 trainer model
+    report["no_replay"]["consistency/kl"], report["replay"]["routing/disagree_used"], report["is"]["max_weight"]
+
+The trainer side runs the same pieces the RL trainer does (`RoutingReplay.forcing`, `shifted_logprobs`,
+`masked_token_lists`) one generation at a time, and the figures come from `consistency.consistency_metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from k2post.rl.config import ISCorrectionConfig
+from k2post.rl.consistency import consistency_metrics, is_weights
+from k2post.rl.losses import masked_token_lists, shifted_logprobs
+from k2post.rl.routing_replay import RoutingReplay, RoutingStats, moe_gates
+
+
+@torch.no_grad()
+def trainer_token_logprobs(
+    model: Any, generations: Sequence[Any], replay: RoutingReplay | None, force: bool
+) -> tuple[list[list[float]], RoutingStats]:
+    """The model's log-prob of every generated token (given prompt and earlier tokens); with `replay`, the
+    engine's recorded routing is compared with the model's and, with `force`, used."""
+    out, stats = [], RoutingStats()
+    for gen in generations:
+        ids = torch.tensor([list(gen.prompt_ids) + list(gen.token_ids)])  # [1, T]
+        mask = torch.zeros(ids.shape)
+        mask[0, len(gen.prompt_ids) :] = 1
+        recorded = None
+        if replay is not None and gen.routed_experts is not None:
+            recorded = torch.as_tensor(gen.routed_experts, dtype=torch.int16)[None]
+        with replay.forcing(recorded, torch.ones(ids.shape, dtype=torch.bool), force) if replay else _none() as s:
+            logits = model(input_ids=ids, use_cache=False).logits
+        stats.add(s)
+        out.extend(masked_token_lists(shifted_logprobs(logits, ids), mask))
+    return out, stats
+
+
+class _none:
+    def __enter__(self) -> RoutingStats:
+        return RoutingStats()
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _variant(old: list[list[float]], generations: Sequence[Any], stats: RoutingStats) -> dict[str, float]:
+    behaviour = [list(g.logprobs) for g in generations]
+    row = consistency_metrics(old, behaviour, [[0] * len(b) for b in behaviour], 0, [True] * len(old))
+    if stats.tokens:
+        row["routing/disagree"] = stats.disagree / stats.tokens
+        row["routing/disagree_used"] = stats.disagree_used / stats.tokens
+    return row
+
+
+def is_report(old: list[list[float]], generations: Sequence[Any], cfg: ISCorrectionConfig) -> dict[str, float]:
+    """What the IS correction does to these rows: largest token weight, sequences masked, and the largest
+    |log sequence ratio| among the kept ones (bounded by log C)."""
+    weights, kept_logs, masked = [], [], 0
+    for tokens, gen in zip(old, generations):
+        w, keep = is_weights(tokens, list(gen.logprobs), cfg)
+        weights.extend(w)
+        masked += not keep
+        if keep:
+            kept_logs.append(abs(sum(tokens) - sum(gen.logprobs)))
+    return {
+        "max_weight": max(weights, default=1.0),
+        "masked_share": masked / max(len(old), 1),
+        "kept_log_ratio_max": max(kept_logs, default=0.0),
+        "log_cap": math.log(cfg.cap),
+    }
+
+
+def probe(model: Any, generations: Sequence[Any], cfg: ISCorrectionConfig) -> dict[str, dict[str, float]]:
+    """{"no_replay": ..., "replay": ... (MoE models with recorded routing), "is": ...} for `generations`."""
+    replay = RoutingReplay(model) if moe_gates(model) else None
+    old, stats = trainer_token_logprobs(model, generations, replay, force=False)
+    report = {"no_replay": _variant(old, generations, stats), "is": is_report(old, generations, cfg)}
+    if replay is not None and any(g.routed_experts is not None for g in generations):
+        replayed, replay_stats = trainer_token_logprobs(model, generations, replay, force=True)
+        report["replay"] = _variant(replayed, generations, replay_stats)
+    return report
