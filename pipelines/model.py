@@ -3,11 +3,14 @@
     k2post model init --flavor tiny-qwen2 --out artifacts/models/tiny-qwen2 [--seed 0] [--overwrite]
     k2post model flavors
     k2post model prepare path/to/hf_model --out artifacts/models/mine [--overwrite]   # bring your own model
+    k2post model export runs/rl/final --int4 out/int4 [--group-size 32] [--modules '*.mlp.experts']
     python -m k2post_pipelines.model flavors               # the same without the console script
 
 `prepare` adds K2's special tokens and chat template to any HF causal-LM dir, resizes its embeddings (new
-rows: the mean of the old) and prints what it changed (k2post/models/prepare.py). Exit status 2 (one line
-`k2post model: error: ...`) for an unknown flavor, a dir that is not an HF model, or an existing output dir.
+rows: the mean of the old) and prints what it changed (k2post/models/prepare.py). `export --int4` writes the
+compressed-tensors pack-quantized INT4 checkpoint K2 Thinking ships (k2post/quant/export.py, docs/QAT.md).
+Exit status 2 (one line `k2post model: error: ...`) for an unknown flavor, a dir that is not an HF model, or
+an existing output dir.
 """
 
 from __future__ import annotations
@@ -40,6 +43,21 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if not (Path(args.source) / "config.json").is_file():
+        raise FileNotFoundError(f"{args.source}: not an HF model dir (no config.json)")
+    if Path(args.int4).exists() and not args.overwrite:
+        raise FileExistsError(f"output dir {args.int4} exists: pass --overwrite or pick another --int4 dir")
+    from k2post.quant.export import export_int4
+    from k2post.quant.qat import QATConfig
+
+    cfg = QATConfig(enabled=True, group_size=args.group_size, modules=args.modules or QATConfig().modules)
+    print(export_int4(args.source, args.int4, cfg, overwrite=args.overwrite).summary())
+    return 0
+
+
 def _flavors(args: argparse.Namespace) -> int:
     from k2post.models.flavors import FLAVORS
 
@@ -64,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--out", required=True, help="output directory (the source is left as it is)")
     prepare.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     prepare.set_defaults(func=_prepare)
+    export = sub.add_parser("export", help="write an INT4 (compressed-tensors pack-quantized) checkpoint")
+    export.add_argument("source", metavar="MODEL_DIR", help="an HF model dir (e.g. a QAT run's final/)")
+    export.add_argument("--int4", required=True, metavar="OUT", help="output directory of the INT4 checkpoint")
+    export.add_argument("--group-size", type=int, default=32, help="weights per scale along the input dim (32)")
+    export.add_argument(
+        "--modules", nargs="+", help="fnmatch patterns of the modules to quantize (default: '*.mlp.experts')"
+    )
+    export.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    export.set_defaults(func=_export)
     return parser
 
 

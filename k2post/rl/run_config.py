@@ -17,6 +17,7 @@ from k2post.config.base import K2Config
 from k2post.config.registry import register_run_config
 from k2post.envs.mix import EnvEntryConfig
 from k2post.models.config import ModelConfig
+from k2post.quant.qat import QATConfig
 from k2post.optim.config import OptimConfig
 from k2post.rl.config import (
     BudgetConfig,
@@ -266,6 +267,11 @@ class RLConfig(K2Config):
     ray: RLRayConfig = Field(default_factory=RLRayConfig, description="Ray placement.")
     critic: RLCriticConfig = Field(
         default_factory=RLCriticConfig, description="The critic's closed loop (critic_calibration in the mix)."
+    )
+    qat: QATConfig = Field(
+        default_factory=QATConfig,
+        description="INT4 weight-only QAT (K2 Thinking): the trainer's forward uses the INT4 round trip of the target "
+        "weights and the engines are pushed exactly those values (docs/QAT.md).",
     )
     routing_replay: bool = Field(
         False,

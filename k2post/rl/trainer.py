@@ -118,11 +118,13 @@ class RLTrainerWorker:
         from k2post.models.loading import load_causal_lm, load_tokenizer
         from k2post.optim.deepspeed_muon import deepspeed_initialize
         from k2post.optim.qk_clip import MaxLogitRecorder
+        from k2post.quant.qat import install_qat
         from k2post.train.distributed import init_distributed
 
         self.dist = init_distributed(self.cfg.trainer.dist_backend)
         self.tokenizer = load_tokenizer(self.model_dir)
         model = load_causal_lm(self.model_dir, "float32").train()
+        install_qat(model, self.cfg.qat)  # INT4 fake quant of the target weights in every forward (off by default)
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
         self.engine, self.optimizer = deepspeed_initialize(model, self.cfg.optim, deepspeed_config(self.cfg))
         self.recorder = MaxLogitRecorder().attach(self.engine.module) if self.cfg.optim.qk_clip.enabled else None
@@ -157,8 +159,6 @@ class RLTrainerWorker:
     def _make_sender(self):
         from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
 
-        from k2post.rollout.weight_update import checkpoint_named_tensors
-
         config = CheckpointEngineConfig(
             bucket_nbytes=self.cfg.trainer.bucket_mb << 20,
             timeout_s=300.0,
@@ -166,9 +166,20 @@ class RLTrainerWorker:
         )
         serve = self.rank < self.cfg.rollout.replicas  # rank r feeds replica r; the others only broadcast
         sender = WeightSender(config, rank=self.rank, world_size=self.world_size, serve=serve)
-        for name, tensor in checkpoint_named_tensors(self.engine.module):  # HF checkpoint names: what vLLM loads
+        for name, tensor in self._served_tensors():  # HF checkpoint names: what vLLM loads
             sender.register(name, tensor, owner=0)
         return sender
+
+    def _served_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """What the engines get: the weights under HF checkpoint names, QAT targets as their INT4 round trip (the
+        values the trainer's forward used); kept for this push's digests."""
+        from k2post.quant.qat import quantized_weights
+        from k2post.rollout.weight_update import checkpoint_named_tensors
+
+        self._served = checkpoint_named_tensors(
+            self.engine.module, replace=quantized_weights(self.engine.module, self.cfg.qat)
+        )
+        return self._served
 
     def ready(self) -> dict[str, Any]:
         """Facts for the controller: sender address, param count, pid, memory."""
@@ -382,10 +393,10 @@ class RLTrainerWorker:
     def push_weights(self, verify: bool = False) -> dict[str, Any]:
         """Stream the current weights to this rank's rollout actor (it must be receiving on `open_push`'s address);
         with `verify`, also the digest of every pushed tensor (compared with what the engine loaded)."""
-        from k2post.rollout.weight_update import checkpoint_named_tensors, tensor_digests
+        from k2post.rollout.weight_update import tensor_digests
 
         started = time.perf_counter()
-        digests = tensor_digests(checkpoint_named_tensors(self.engine.module)) if verify else None
+        digests = tensor_digests(self._served) if verify else None
         digest_s = time.perf_counter() - started
         stats = self.sender.push()
         figures = {"nbytes": stats.nbytes, "seconds": stats.elapsed_s, "gb_per_s": stats.gb_per_s}

@@ -33,15 +33,17 @@ class PushVerificationError(WeightUpdateError):
     """After a push, the engine's weights are not the trainer's: a tensor skipped, swapped or changed."""
 
 
-def checkpoint_named_tensors(model: torch.nn.Module) -> NamedTensors:
+def checkpoint_named_tensors(model: torch.nn.Module, replace: dict[str, torch.Tensor] | None = None) -> NamedTensors:
     """The model's weights under its HF checkpoint names, which vLLM's `load_weights` takes: transformers keeps
     MoE experts fused in 3-D parameters (`mlp.experts.gate_up_proj` [E, 2I, H], `mlp.experts.down_proj`
     [E, H, I]) that its checkpoints, and vLLM, name per expert (`mlp.experts.{e}.gate_proj.weight` [I, H], ...).
     Those are split here into per-expert views (no copy); every other tensor of the state dict (parameters and
-    persistent buffers such as the router's `e_score_correction_bias`) is passed as it is."""
+    persistent buffers such as the router's `e_score_correction_bias`) is passed as it is. `replace` gives other
+    values for some state-dict names (INT4 QAT: the fake-quant weights the trainer's forward uses)."""
     out: NamedTensors = []
+    replace = replace or {}
     for name, value in model.state_dict(keep_vars=True).items():
-        tensor = value.data
+        tensor = replace[name] if name in replace else value.data
         if name.endswith("mlp.experts.gate_up_proj") and tensor.dim() == 3:
             prefix, half = name.removesuffix("gate_up_proj"), tensor.shape[1] // 2
             for expert in range(tensor.shape[0]):

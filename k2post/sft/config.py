@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from k2post.config.base import K2Config
+from k2post.quant.qat import QATConfig
 from k2post.config.registry import register_run_config
 from k2post.models.config import ModelConfig
 from k2post.optim.config import OptimConfig
@@ -157,6 +158,9 @@ class SFTConfig(K2Config):
         description="MuonClip settings; optim.lr is the peak lr of the schedule.",
     )
     train: SFTTrainConfig = Field(default_factory=SFTTrainConfig, description="The training loop.")
+    qat: QATConfig = Field(
+        default_factory=QATConfig, description="INT4 weight-only QAT of the chosen modules (K2 Thinking; docs/QAT.md)."
+    )
     schedule: LRScheduleConfig = Field(
         default_factory=LRScheduleConfig, description="The lr schedule over the run's optimizer steps."
     )

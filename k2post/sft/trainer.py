@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from k2post.config.loader import dump_yaml
 from k2post.models.loading import ensure_model, load_causal_lm, load_tokenizer
 from k2post.optim.deepspeed_muon import apply_qk_clip_zero, deepspeed_initialize
+from k2post.quant.qat import install_qat
 from k2post.optim.qk_clip import MaxLogitRecorder, recording_real_tokens
 from k2post.train import checkpoint as ckpt
 from k2post.sft.batching import BatchPlan, BatchShape
@@ -142,6 +143,7 @@ def build_run(cfg: SFTConfig, dist: DistInfo) -> SFTRun:
     model_dir, tokenizer = model_dir_and_tokenizer(cfg, dist)
     data = load_data(cfg, tokenizer, run_dir, dist)  # before the weights: a data error fails fast
     model = load_causal_lm(model_dir, cfg.model.dtype).train()
+    install_qat(model, cfg.qat)  # INT4 fake quant in the forward (off by default)
     shape = BatchShape(cfg.train.micro_batch_size, cfg.train.gradient_accumulation_steps, dist.world_size)
     plan = BatchPlan(data.train, cfg.data.max_seq_len, shape, cfg.train.seed, cfg.data.packing)
     total = cfg.train.max_steps or plan.steps_for_epochs(cfg.train.epochs)

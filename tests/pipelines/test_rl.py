@@ -6,8 +6,9 @@
   again at a random point and resumed to the end, ends with the same metrics and bit-identical weights as the
   uninterrupted run: the same prompts drawn, episodes finished, partial rollouts paused and resumed, groups
   trained and judge tasks harvested into critic_calibration's pool (`ledger/*`), with the IS correction on;
-- 2 trainer ranks (ZeRO-2) + 2 rollout replicas on tiny-k2 (MoE) with bf16 engines and routing replay: a
-  SIGKILLed rollout actor is replaced, re-synced and the run goes on; the trainer used the engines' experts.
+- 2 trainer ranks (ZeRO-2) + 2 rollout replicas on tiny-k2 (MoE) with bf16 engines, routing replay and INT4 QAT:
+  a SIGKILLed rollout actor is replaced, re-synced and the run goes on; the trainer used the engines' experts and
+  the engines were pushed the INT4 experts the trainer's forward used (verified push).
 
 The kill chain's policy is the coin policy (tests/pipelines/coin_policy.py: mixed rewards on lowercase prompts);
 the others run the untrained tiny models on instruction_following. Learning itself is shown by `make demo`
@@ -64,7 +65,7 @@ def _config(run_dir: Path, model_dir: Path, ray_tmp: Path, **overrides) -> dict:
         "ray": {"num_cpus": 2, "temp_dir": str(ray_tmp)},
     }
     for key, value in overrides.items():
-        cfg[key] = {**cfg[key], **value} if isinstance(value, dict) else value
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     return cfg
 
 
@@ -287,6 +288,7 @@ def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_k2_dir
         trainer={"world_size": 2, "zero_stage": 2},
         train={"iterations": 4},  # iterations 0-2 are driven below; no held-out eval falls due in them
         routing_replay=True,
+        qat={"enabled": True},  # INT4 experts in the trainer's forward (ZeRO-2 + MuonClip), pushed as such
     )
     run = RLRun(validate_config(RLConfig, raw, "test"))
     try:
@@ -294,6 +296,7 @@ def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_k2_dir
         first = run.iteration(0)
         run.state.iteration = 1
         assert first["train/steps"] == 1 and first["time/push_s"] > 0
+        assert first["push/verified"] == 1.0  # the engines loaded exactly the INT4 round trip the trainer sent
         victim = ray.get(run.rollouts.actors[1].ready.remote())["pid"]
         os.kill(victim, signal.SIGKILL)
         second = run.iteration(1)
