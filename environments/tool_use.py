@@ -47,7 +47,7 @@ from k2post.toolsets.checks import (
     scenario_key,
     scenario_split,
 )
-from k2post.chat.parse import ToolCallParseError, parse_assistant
+from k2post.chat.parse import SOFT_ERRORS, ToolCallParseError, parse_assistant
 from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
 from k2post.chat.types import Message, ToolCall, ToolSpec, content_text, dump_json, format_call_id
 from k2post.envs.base import EnvConfig, MultiTurnEnvironment, Reward, Split, StepResult, Task
@@ -231,7 +231,7 @@ def _text_of(content: Any) -> str:
 def _parse_text(text: str, first_index: int) -> tuple[str, list[ToolCall], list[Message]]:
     """Parse raw K2 assistant text; an unclosed <think> alone is not a tool-call error."""
     parsed = parse_assistant(text, start_index=first_index)
-    errors = [error for error in parsed.errors if error.kind != "unterminated_think"]
+    errors = [error for error in parsed.errors if error.kind not in SOFT_ERRORS]
     first_error_index = first_index + len(parsed.tool_calls)
     return parsed.content, parsed.tool_calls, _parse_error_messages(errors, first_error_index)
 

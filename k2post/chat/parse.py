@@ -5,6 +5,14 @@ with or without the closing `<|im_end|>` (anything after `<|im_end|>`, `<|endoft
 `<|im_begin|>` is ignored). Malformed tool calls become `ToolCallParseError` records whose
 `.message` can be handed back to the model; a call is listed in `tool_calls` only when it has
 no error. Arguments are read with `json.loads` (never eval).
+
+It survives what deployed K2 parsers tripped on (tests/k2post/chat/test_parse.py, "deployed failures"):
+a `<think>` never closed before the tool-call section (reasoning ends at the section; soft error
+`unterminated_think`), the singular `<|tool_call_section_begin|>` / `<|tool_call_section_end|>` spelling (read
+as the plural), several calls in one section, raw tool-call tags leaking into the content (removed from it;
+soft error `leaked_tags`), and call indices that do not count up (kept as written; the template renumbers
+them when the dialogue is rendered, `strict_ids=True` reports them). Soft errors (`SOFT_ERRORS`) describe the
+text but leave nothing to tell the model.
 """
 
 from __future__ import annotations
@@ -40,7 +48,14 @@ ErrorKind = Literal[
     "missing_section_begin",
     "unexpected_text",
     "unterminated_think",
+    "leaked_tags",
 ]
+SOFT_ERRORS = frozenset({"unterminated_think", "leaked_tags"})  # recorded, nothing for the model to fix
+SECTION_ALIASES = {  # spellings deployed models produce, read as the template's own
+    "<|tool_call_section_begin|>": TOOL_CALLS_BEGIN,
+    "<|tool_call_section_end|>": TOOL_CALLS_END,
+}
+TOOL_TAGS = (TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_CALL_ARG_BEGIN)
 
 TURN_STOPS = (IM_END, EOS, IM_BEGIN)
 RAW_PREVIEW_CHARS = 200
@@ -108,13 +123,24 @@ def _cut_turn(text: str) -> str:
     return text[: min(stops)] if stops else text
 
 
+def _first_call_marker(text: str, start: int = 0) -> int:
+    """Where the first tool-call section (or bare call) begins in `text`, or -1."""
+    found = [p for p in (text.find(TOOL_CALLS_BEGIN, start), text.find(TOOL_CALL_BEGIN, start)) if p != -1]
+    return min(found) if found else -1
+
+
 def _split_reasoning(body: str) -> tuple[str | None, str, list[ToolCallParseError]]:
-    """`(reasoning, rest, errors)`; a bare `</think>` (prefilled `<think>`) also ends reasoning."""
+    """`(reasoning, rest, errors)`; a bare `</think>` (prefilled `<think>`) also ends reasoning, and so does a
+    tool-call section that starts before any `</think>` (soft `unterminated_think`: the calls still count)."""
     if body.startswith(THINK_BEGIN):
         end = body.find(THINK_END, len(THINK_BEGIN))
-        if end == -1:
+        marker = _first_call_marker(body, len(THINK_BEGIN))
+        if end == -1 or (marker != -1 and marker < end):
             detail = f"reasoning not closed with {THINK_END}"
-            return body[len(THINK_BEGIN) :], "", [_error("unterminated_think", None, body, detail)]
+            if marker == -1:
+                return body[len(THINK_BEGIN) :], "", [_error("unterminated_think", None, body, detail)]
+            error = _error("unterminated_think", None, body[:marker], detail + " before the tool calls")
+            return body[len(THINK_BEGIN) : marker], body[marker:], [error]
         return body[len(THINK_BEGIN) : end], body[end + len(THINK_END) :], []
     end = body.find(THINK_END)
     section = body.find(TOOL_CALLS_BEGIN)
@@ -275,13 +301,26 @@ def parse_assistant(
 ) -> ParsedAssistant:
     """Parse generated assistant text. `start_index` is the dialogue-wide index the turn's first
     call should carry (checked only with `strict_ids`); `known_tools` flags calls to other tools."""
+    for alias, canonical in SECTION_ALIASES.items():
+        text = text.replace(alias, canonical)
     reasoning, rest, errors = _split_reasoning(_cut_turn(text))
     content, section, section_errors = _split_section(rest)
+    content, leaked = _strip_tags(content)
     rules = _CallRules(start_index=start_index, known_tools=known_tools, strict_ids=strict_ids)
     calls, call_errors = _parse_section(section, rules)
     return ParsedAssistant(
         content=content,
         reasoning=reasoning,
         tool_calls=calls,
-        errors=errors + section_errors + call_errors,
+        errors=errors + section_errors + leaked + call_errors,
     )
+
+
+def _strip_tags(content: str) -> tuple[str, list[ToolCallParseError]]:
+    """Content without stray tool-call tags (a soft `leaked_tags` error records what was removed)."""
+    if not any(tag in content for tag in TOOL_TAGS):
+        return content, []
+    cleaned = content
+    for tag in TOOL_TAGS:
+        cleaned = cleaned.replace(tag, "")
+    return cleaned, [_error("leaked_tags", None, content, "raw tool-call tags in the content were removed")]

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from k2post.chat.parse import ToolCallParseError
+from k2post.chat.parse import SOFT_ERRORS, ToolCallParseError
 from k2post.chat.template import render_continuation_ids, render_ids
 from k2post.chat.types import Message, ToolSpec, format_call_id
 from k2post.envs.base import Environment, MultiTurnEnvironment, Reward, Task
@@ -329,7 +329,7 @@ class AgenticRollout:
         turn = parse_generation(self.tokenizer, Generation([], turn_ids), episode.call_index, known)
         episode.messages.append(turn.message)
         episode.turns += 1
-        errors = [error for error in turn.parse_errors if error.kind != "unterminated_think"]
+        errors = [error for error in turn.parse_errors if error.kind not in SOFT_ERRORS]
         observations = parse_error_messages(errors, episode.call_index + len(turn.message.tool_calls))
         episode.errors.extend(error.message for error in errors)
         episode.call_index += len(turn.message.tool_calls) + len(errors)

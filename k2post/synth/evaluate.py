@@ -117,14 +117,14 @@ def model_turns(episode, tokenizer) -> list[str]:
 
 def call_turn_stats(episode, tokenizer) -> tuple[int, int, int]:
     """(turns with tool-call tokens, of those parsed without error, well-formed calls) of one episode."""
-    from k2post.chat.parse import parse_assistant
+    from k2post.chat.parse import SOFT_ERRORS, parse_assistant
 
     with_tokens = well_formed = calls = 0
     for text in model_turns(episode, tokenizer):
         parsed = parse_assistant(text)
         if TOOL_CALLS_BEGIN in text or TOOL_CALL_BEGIN in text:
             with_tokens += 1
-            well_formed += bool(parsed.tool_calls) and not [e for e in parsed.errors if e.kind != "unterminated_think"]
+            well_formed += bool(parsed.tool_calls) and not [e for e in parsed.errors if e.kind not in SOFT_ERRORS]
         calls += len(parsed.tool_calls)
     return with_tokens, well_formed, calls
 

@@ -281,3 +281,66 @@ def test_parse_never_raises(text: str, start_index: int, strict: bool, known: se
 def test_parse_survives_pathological_arguments(text: str) -> None:
     parsed = parse_assistant(_section(_call_text("functions.f:0", text)))
     assert parsed.tool_calls == [] and len(parsed.errors) == 1
+
+
+# What deployed K2 parsers failed on (REFERENCE.md, "K2 Thinking additions"): each parses here.
+DEPLOYED_FAILURES = {
+    "think_not_closed_before_calls": (
+        "<think>I should look it up" + _section(_call_text("functions.f:0", '{"a": 1}')),
+        "I should look it up",
+        "",
+        ["f"],
+        ["unterminated_think"],
+    ),
+    "singular_section_spelling": (
+        "<think>r</think>ok<|tool_call_section_begin|>"
+        + _call_text("functions.f:0", "{}")
+        + "<|tool_call_section_end|>",
+        "r",
+        "ok",
+        ["f"],
+        [],
+    ),
+    "several_calls_one_section": (
+        "<think>r</think>" + _section(*(_call_text(f"functions.t{i}:{i}", f'{{"i": {i}}}') for i in range(5))),
+        "r",
+        "",
+        ["t0", "t1", "t2", "t3", "t4"],
+        [],
+    ),
+    "raw_tags_in_content": (
+        "<think>r</think>Done.<|tool_call_end|> Bye<|tool_calls_section_end|>",
+        "r",
+        "Done. Bye",
+        [],
+        ["leaked_tags"],
+    ),
+    "index_not_counting_up": (
+        _section(_call_text("functions.f:7", "{}"), _call_text("functions.g:3", "{}")),
+        None,
+        "",
+        ["f", "g"],
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DEPLOYED_FAILURES), ids=list(DEPLOYED_FAILURES))
+def test_deployed_parser_failures_parse(case: str) -> None:
+    from k2post.chat.parse import SOFT_ERRORS
+
+    text, reasoning, content, names, kinds = DEPLOYED_FAILURES[case]
+    parsed = parse_assistant(text)
+    assert parsed.reasoning == reasoning and parsed.content == content
+    assert [call.name for call in parsed.tool_calls] == names
+    assert [error.kind for error in parsed.errors] == kinds
+    assert all(error.kind in SOFT_ERRORS for error in parsed.errors)  # nothing to hand back to the model
+
+
+def test_calls_whose_index_does_not_count_up_are_renumbered_when_rendered() -> None:
+    from k2post.chat.template import render_text
+
+    parsed = parse_assistant(_section(_call_text("functions.f:7", "{}"), _call_text("functions.g:3", "{}")))
+    text = render_text([Message(role="user", content="go"), parsed.to_message()])
+    assert "functions.f:0" in text and "functions.g:1" in text and ":7" not in text
+    assert [e.kind for e in parse_assistant(text.split("assistant<|im_middle|>")[1], strict_ids=True).errors] == []

@@ -50,7 +50,11 @@ def dataset(work_dir):
 
 
 def _raw_config(run_dir: Path, dataset: Path, model_dir: Path, stage: int, **train) -> dict:
+    # ZeRO-3 runs with INT4 QAT of the MLP projections: the fake-quant forward wrapper must see DeepSpeed's gathered
+    # params and resume bit for bit (docs/QAT.md)
+    qat = {"enabled": True, "modules": ["model.layers.*.mlp.*_proj"]} if stage == 3 else {"enabled": False}
     return {
+        "qat": qat,
         "run_dir": str(run_dir),
         "model": {"path": str(model_dir), "flavor": None},
         "data": {"path": str(dataset), "eval_fraction": 0.2},
