@@ -11,6 +11,12 @@ Format (REFERENCE.md, "Tool-call template (K2 as shipped)"); every message reads
 - tool body = `## Return of {tool_call_id}\\n{content}`; system/user body = content;
 - generation prompt = `<|im_begin|>assistant<|im_middle|>`.
 
+Reasoning across turns (K2 Thinking): an assistant message before the last user message is history and
+renders its reasoning as an empty `<think></think>`; the messages of the current exchange (after the last
+user message: the tool-calling turns and their results) keep theirs. The loss mask agrees with that view: a
+history message whose reasoning was hidden gets mask 0 (training on it would teach answers without the
+reasoning that produced them); give each exchange its own row to train it.
+
 Call ids are always rendered in K2 form: both renderers rewrite any other id (OpenAI's `call_abc123`)
 to `functions.NAME:IDX` and point each tool result at the K2 id of the call it answers
 (`assign_tool_call_ids`); K2 ids with the right index are kept as they are.
@@ -80,16 +86,32 @@ def render_tool_calls(tool_calls: Sequence[ToolCall]) -> str:
     return f"{TOOL_CALLS_BEGIN}{calls}{TOOL_CALLS_END}"
 
 
-def render_assistant_body(message: Message) -> str:
-    """`<think>reasoning</think>` (when reasoning is not None) + content + tool-call section."""
-    thinking = "" if message.reasoning is None else f"{THINK_BEGIN}{message.reasoning}{THINK_END}"
+def render_assistant_body(message: Message, hide_reasoning: bool = False) -> str:
+    """`<think>reasoning</think>` (when reasoning is not None; empty when `hide_reasoning`) + content + tool-call
+    section."""
+    if message.reasoning is None:
+        thinking = ""
+    else:
+        thinking = f"{THINK_BEGIN}{'' if hide_reasoning else message.reasoning}{THINK_END}"
     return thinking + message.content + render_tool_calls(message.tool_calls)
 
 
-def render_body(message: Message) -> str:
+def history_end(messages: Sequence[Message]) -> int:
+    """Index of the last user message: assistant messages before it are history (reasoning hidden); 0 if none."""
+    users = [index for index, message in enumerate(messages) if message.role == "user"]
+    return users[-1] if users else 0
+
+
+def hides_reasoning(messages: Sequence[Message], index: int) -> bool:
+    """Whether message `index` renders its reasoning hidden: an assistant message with reasoning, in the history."""
+    message = messages[index]
+    return message.role == "assistant" and message.reasoning is not None and index < history_end(messages)
+
+
+def render_body(message: Message, hide_reasoning: bool = False) -> str:
     """The text between `<|im_middle|>` and `<|im_end|>` of one message."""
     if message.role == "assistant":
-        return render_assistant_body(message)
+        return render_assistant_body(message, hide_reasoning)
     if message.role == "tool":
         return f"{TOOL_RESULT_PREFIX}{message.tool_call_id}\n{message.content}"
     return message.content
@@ -100,10 +122,14 @@ def render_tool_declare_body(tools: Sequence[ToolSpec]) -> str:
     return dump_json([tool.to_openai() for tool in tools])
 
 
-def _framed_bodies(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[tuple[str, str]]:
-    """`(role, body)` of every framed message, the tool declaration first."""
-    framed = [(TOOL_DECLARE_ROLE, render_tool_declare_body(tools))] if tools else []
-    return framed + [(message.role, render_body(message)) for message in messages]
+def _framed_bodies(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[tuple[str, str, bool]]:
+    """`(role, body, trained)` of every framed message, the tool declaration first; `trained` is false for a
+    history message whose reasoning is hidden (`hides_reasoning`)."""
+    framed = [(TOOL_DECLARE_ROLE, render_tool_declare_body(tools), True)] if tools else []
+    for index, message in enumerate(messages):
+        hidden = hides_reasoning(messages, index)
+        framed.append((message.role, render_body(message, hidden), not hidden))
+    return framed
 
 
 def render_text(
@@ -115,7 +141,7 @@ def render_text(
     ValueError when a tool result answers no earlier call)."""
     checked = assign_tool_call_ids(messages)
     text = "".join(
-        f"{IM_BEGIN}{role}{IM_MIDDLE}{body}{IM_END}" for role, body in _framed_bodies(checked, as_tools(tools))
+        f"{IM_BEGIN}{role}{IM_MIDDLE}{body}{IM_END}" for role, body, _ in _framed_bodies(checked, as_tools(tools))
     )
     return text + (GENERATION_PROMPT if add_generation_prompt else "")
 
@@ -210,12 +236,12 @@ def special_token_ids(tokenizer: ChatTokenizer) -> dict[str, int]:
     return {token: _own_id(tokenizer, token) for token in SPECIAL_TOKENS}
 
 
-def _labelled_segments(framed: Sequence[tuple[str, str]], add_generation_prompt: bool) -> list[tuple[str, int]]:
-    """Text segments with their mask bit: assistant bodies and their `<|im_end|>` get 1."""
+def _labelled_segments(framed: Sequence[tuple[str, str, bool]], add_generation_prompt: bool) -> list[tuple[str, int]]:
+    """Text segments with their mask bit: trained assistant bodies and their `<|im_end|>` get 1."""
     segments: list[tuple[str, int]] = []
-    for role, body in framed:
+    for role, body, trained in framed:
         segments.append((f"{IM_BEGIN}{role}{IM_MIDDLE}", 0))
-        segments.append((body + IM_END, 1 if role == "assistant" else 0))
+        segments.append((body + IM_END, 1 if role == "assistant" and trained else 0))
     if add_generation_prompt:
         segments.append((GENERATION_PROMPT, 0))
     return segments
@@ -233,7 +259,8 @@ def render_ids(
     add_generation_prompt: bool = False,
 ) -> RenderedChat:
     """Tokenize the dialogue piece by piece (special tokens atomic) and build the loss mask:
-    1 on each assistant body and its closing `<|im_end|>`, 0 on headers and other roles.
+    1 on each assistant body and its closing `<|im_end|>` (history messages with hidden reasoning excepted),
+    0 on headers and other roles.
     Call ids are rewritten to K2 form first, as in `render_text`."""
     checked = assign_tool_call_ids(messages)
     framed = _framed_bodies(checked, as_tools(tools))
@@ -246,7 +273,7 @@ def render_continuation_ids(
     """Token ids of messages that continue an already tokenized dialogue (tool results, user
     replies in a rollout), framed exactly as `render_ids` frames them; the call ids they answer
     live in the earlier part, so they are neither validated nor rewritten here."""
-    framed = [(message.role, render_body(message)) for message in messages]
+    framed = [(message.role, render_body(message), True) for message in messages]
     return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
 
 
@@ -282,8 +309,20 @@ _JINJA_REASONING = (
     "{%- set reasoning = message.reasoning -%}"
     "{%- endif -%}"
     "{%- if reasoning is defined and reasoning is not none -%}"
+    "{%- if loop.index0 < history.end -%}"
+    f"{THINK_BEGIN}{THINK_END}"
+    "{%- else -%}"
     f"{THINK_BEGIN}{{{{ reasoning }}}}{THINK_END}"
     "{%- endif -%}"
+    "{%- endif -%}"
+)
+"""Reasoning of messages before the last user message (`history.end`) renders as an empty think block."""
+
+_JINJA_HISTORY_END = (
+    "{%- set history = namespace(end=0) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'user' -%}{%- set history.end = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
 )
 
 _JINJA_ARGUMENTS = (
@@ -316,7 +355,7 @@ _JINJA_RESULT_ID = (
 """Sets `answered.id`: the K2 id of the latest earlier call with the tool message's id (the given id when none)."""
 
 CHAT_TEMPLATE_JINJA: str = (
-    _JINJA_CONTENT_MACRO + "{%- set ns = namespace(call_index=0, calls=[]) -%}"
+    _JINJA_CONTENT_MACRO + _JINJA_HISTORY_END + "{%- set ns = namespace(call_index=0, calls=[]) -%}"
     "{%- if tools -%}"
     f"{IM_BEGIN}{TOOL_DECLARE_ROLE}{IM_MIDDLE}{{{{ tools | tojson }}}}{IM_END}"
     "{%- endif -%}"

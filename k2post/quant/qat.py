@@ -22,22 +22,11 @@ import types
 from typing import Any
 
 import torch
-from pydantic import Field
 
-from k2post.config.base import K2Config
+from k2post.quant.config import QATConfig
 from k2post.quant.int4 import fake_quant_int4, fake_quant_ste
 
-
-class QATConfig(K2Config):
-    """INT4 weight-only QAT (K2 Thinking): fake quantization of the chosen modules' weights in the trainer."""
-
-    enabled: bool = Field(False, description="Fake-quantize the target weights to INT4 in every trainer forward.")
-    group_size: int = Field(32, gt=0, description="Weights per quantization group along the input dimension.")
-    modules: list[str] = Field(
-        default_factory=lambda: ["*.mlp.experts"],
-        description="fnmatch patterns of module names whose weights (2+ dims) are quantized; default: the routed "
-        "MoE experts only (K2 Thinking), not attention, the dense MLP, shared experts, embeddings or lm_head.",
-    )
+__all__ = ["QATConfig", "QATError", "install_qat", "qat_targets", "quantized_weights"]
 
 
 class QATError(ValueError):

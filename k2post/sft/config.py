@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from k2post.config.base import K2Config
-from k2post.quant.qat import QATConfig
+from k2post.quant.config import QATConfig
 from k2post.config.registry import register_run_config
 from k2post.models.config import ModelConfig
 from k2post.optim.config import OptimConfig

@@ -130,7 +130,14 @@ def test_render_ids_matches_plain_tokenization(
 
 
 def _expected_trained_text(messages: list[Message]) -> str:
-    return "".join(render_assistant_body(m) + IM_END for m in messages if m.role == "assistant")
+    """Assistant bodies the mask covers: all but history messages (before the last user message) with reasoning,
+    which render it hidden and are not trained."""
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=0)
+    return "".join(
+        render_assistant_body(m) + IM_END
+        for i, m in enumerate(messages)
+        if m.role == "assistant" and not (m.reasoning is not None and i < last_user)
+    )
 
 
 @pytest.mark.parametrize("name", sorted(DIALOGUES))
@@ -600,3 +607,27 @@ def test_openai_ids_property(k2_tokenizer: PreTrainedTokenizerFast, dialogue: li
     validate_dialogue(k2_dialogue, require_k2_ids=True)
     assert jinja_text == render_text(dialogue) == render_text(k2_dialogue)
     assert _call_ids(jinja_text) == [call.id for message in k2_dialogue for call in message.tool_calls]
+
+
+def test_reasoning_before_the_last_user_message_is_hidden_and_not_trained(k2_tokenizer) -> None:
+    """K2 Thinking: the current exchange keeps its reasoning; history renders an empty think block, untrained."""
+    messages = [
+        Message(role="user", content="first"),
+        Message(role="assistant", content="one", reasoning="old thoughts"),
+        Message(role="user", content="second"),
+        Message(
+            role="assistant",
+            content="",
+            reasoning="new thoughts",
+            tool_calls=[ToolCall(id="functions.f:0", name="f", arguments={})],
+        ),
+        Message(role="tool", content="ok", tool_call_id="functions.f:0"),
+        Message(role="assistant", content="two", reasoning="after the tool"),
+    ]
+    rendered = render_ids(k2_tokenizer, messages)
+    assert "old thoughts" not in rendered.text and "<think></think>one" in rendered.text
+    assert "<think>new thoughts</think>" in rendered.text and "<think>after the tool</think>two" in rendered.text
+    trained = k2_tokenizer.decode([t for t, bit in zip(rendered.input_ids, rendered.assistant_mask) if bit])
+    assert "one" not in trained and "new thoughts" in trained and "after the tool" in trained
+    jinja = k2_tokenizer.apply_chat_template([m.to_openai() for m in messages], tokenize=False)
+    assert jinja == rendered.text
