@@ -12,6 +12,7 @@ The trainer side runs the same pieces the RL trainer does (`RoutingReplay.forcin
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -38,19 +39,13 @@ def trainer_token_logprobs(
         recorded = None
         if replay is not None and gen.routed_experts is not None:
             recorded = torch.as_tensor(gen.routed_experts, dtype=torch.int16)[None]
-        with replay.forcing(recorded, torch.ones(ids.shape, dtype=torch.bool), force) if replay else _none() as s:
+        valid = torch.ones(ids.shape, dtype=torch.bool)
+        forcing = replay.forcing(recorded, valid, force) if replay else contextlib.nullcontext(RoutingStats())
+        with forcing as s:
             logits = model(input_ids=ids, use_cache=False).logits
         stats.add(s)
         out.extend(masked_token_lists(shifted_logprobs(logits, ids), mask))
     return out, stats
-
-
-class _none:
-    def __enter__(self) -> RoutingStats:
-        return RoutingStats()
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _variant(old: list[list[float]], generations: Sequence[Any], stats: RoutingStats) -> dict[str, float]:

@@ -132,9 +132,8 @@ class RLTrainerWorker:
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
         # recorded routing is compared on every MoE model and forced with routing_replay (pi_old and the loss)
-        self.routing = RoutingReplay(self.engine.module) if self.cfg.routing_replay else None
-        if self.routing is None and moe_gates(self.engine.module):
-            self.routing = RoutingReplay(self.engine.module)
+        replay_or_moe = self.cfg.routing_replay or moe_gates(self.engine.module)
+        self.routing = RoutingReplay(self.engine.module) if replay_or_moe else None
 
     def _load_ptx(self) -> list[Any]:
         if self.cfg.loss.ptx_coef == 0:
