@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-E2E_PATHS = ["tests/pipelines", "tests/benchmarks"]
+E2E_PATHS = ["tests/pipelines", "tests/benchmarks", "tests/k2post/rollout/test_long_episode.py"]
 E2E_NICENESS = 10
 
 

@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail when more than this share of a split's rewards are scorer errors (default 0.5; 1: never)",
     )
     parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16"],
+        help="dtype the engine serves the weights in (default float32; bfloat16: as a GPU deployment would)",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="report path (default <run or model dir>/eval/<envs>-n<N>-s<S>.json); with several --split values it "
@@ -82,6 +88,7 @@ def request_from_args(args: argparse.Namespace, **changes):
         "max_tokens": args.max_tokens,
         "out": getattr(args, "out", None),
         "max_reward_error_fraction": getattr(args, "max_reward_error_fraction", None),
+        "dtype": getattr(args, "dtype", None),
     }
     return EvalRequest(**{**flags, **changes})
 

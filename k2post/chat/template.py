@@ -267,6 +267,18 @@ def render_ids(
     return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
 
 
+def render_transcript_ids(
+    tokenizer: ChatTokenizer,
+    messages: Sequence[Message],
+    tools: Sequence[ToolLike] | None = None,
+    add_generation_prompt: bool = True,
+) -> RenderedChat:
+    """`render_ids` of a rollout's dialogue as the model wrote it: call ids kept, results not validated (a rollout
+    answers malformed calls with `functions.invalid:IDX` results); used to re-render an elided episode."""
+    framed = _framed_bodies(list(messages), as_tools(tools))
+    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
+
+
 def render_continuation_ids(
     tokenizer: ChatTokenizer, messages: Sequence[Message], add_generation_prompt: bool = True
 ) -> RenderedChat:

@@ -55,6 +55,7 @@ def eval_work(
                     id=f"{prefix}/{name}/{task.id}/{k}",
                     temperature=temperature,
                     max_tokens=budget.budget_for(task.task_type),
+                    max_reasoning_tokens=budget.reasoning_budget_for(task.task_type),
                     seed=seed * 1000 + k if temperature > 0 else None,
                 )
                 work.append(((name, task), options))

@@ -35,6 +35,7 @@ class EvalRequest:
     max_tokens: int | None = None
     out: str | None = None
     max_reward_error_fraction: float | None = None
+    dtype: str | None = None  # engine dtype (None: the EvalConfig default, float32)
 
 
 def resolve_model(target: str) -> tuple[Path, Path | None]:
@@ -144,4 +145,6 @@ def build_eval_config(request: EvalRequest):
         raw["max_reward_error_fraction"] = request.max_reward_error_fraction
     if "agentic" in settings:
         raw["agentic"] = settings["agentic"]
+    if request.dtype is not None:
+        raw["engine"] = {**EvalConfig.model_fields["engine"].default_factory().model_dump(), "dtype": request.dtype}
     return validate_config(EvalConfig, raw, "command line")

@@ -28,6 +28,17 @@ from k2post.rl.shaping import apply_budget, grouped_length_rewards
 
 
 @dataclass
+class SampleWindow:
+    """An earlier context window of an elided episode, as the engine saw and wrote it (docs/ROLLOUT.md)."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    versions: list[int]  # per model-written token
+    behaviour_logprobs: list[float]  # per model-written token
+    routing: Any = None
+
+
+@dataclass
 class Sample:
     """One finished episode as the trainer needs it."""
 
@@ -50,11 +61,15 @@ class Sample:
     malformed_calls: int = 0  # tool calls the parser refused
     tool_errors: int = 0  # well-formed calls the environment answered with an error
     routing: Any = None  # routing_replay: the engine's experts per token, int16 [len(token_ids), moe_layers, top_k]
+    reasoning_tokens: int = 0  # model-written tokens inside <think>...</think>
+    windows: list[SampleWindow] = field(default_factory=list)  # context management: earlier windows, in order
+    context: dict[str, int] = field(default_factory=dict)  # `episode_context_stats` (windows, elisions, ...)
+    checkpoint_pass_rate: float | None = None  # the env's `Reward.info["checkpoint_pass_rate"]`, when it reports one
 
     @property
     def response_tokens(self) -> int:
-        """Model-written tokens."""
-        return int(sum(self.loss_mask))
+        """Model-written tokens (over every window)."""
+        return int(sum(self.loss_mask)) + sum(int(sum(w.loss_mask)) for w in self.windows)
 
 
 @dataclass
@@ -70,6 +85,7 @@ class TrainSequence:
     token_weights: list[float] | None = None  # IS weight per model token (None: all 1; `consistency.is_weights`)
     keep: bool = True  # false: the IS sequence mask dropped it (no loss, no gradient)
     routing: Any = None  # routing_replay: engine experts per token, int16 [len(token_ids), moe_layers, top_k]
+    extra_window: bool = False  # an earlier window of the episode whose main row precedes it (same advantage)
 
 
 class GroupBook:
@@ -134,42 +150,79 @@ def group_advantages_of(rewards: Sequence[float]) -> list[float]:
     return group_advantages(torch.tensor(list(rewards), dtype=torch.float64), len(rewards)).tolist()
 
 
+def sample_rows(sample: Sample, advantage: float) -> list[TrainSequence]:
+    """A sample's rows: its (last) window, then each earlier window of an elided episode, all with its advantage."""
+    key = f"{sample.group_id}/{sample.index}"
+    main = TrainSequence(
+        sample.token_ids,
+        sample.loss_mask,
+        advantage,
+        key,
+        behaviour_logprobs=sample.behaviour_logprobs,
+        versions=sample.versions,
+        routing=sample.routing,
+    )
+    extra = [
+        TrainSequence(
+            w.token_ids,
+            w.loss_mask,
+            advantage,
+            f"{key}#w{j}",
+            w.behaviour_logprobs,
+            w.versions,
+            routing=w.routing,
+            extra_window=True,
+        )
+        for j, w in enumerate(sample.windows)
+    ]
+    return [main, *extra]
+
+
 def step_sequences(groups: Sequence[Sequence[Sample]], rewards: Sequence[Sequence[float]]) -> list[TrainSequence]:
-    """The sequences of one optimizer step, with their advantages (group order kept)."""
+    """The sequences of one optimizer step, with their advantages (group order kept; an elided episode's earlier
+    windows right after its main row)."""
     rows = []
     for group, group_rewards in zip(groups, rewards):
         for sample, advantage in zip(group, group_advantages_of(group_rewards)):
-            rows.append(
-                TrainSequence(
-                    sample.token_ids,
-                    sample.loss_mask,
-                    advantage,
-                    f"{sample.group_id}/{sample.index}",
-                    behaviour_logprobs=sample.behaviour_logprobs,
-                    versions=sample.versions,
-                    routing=sample.routing,
-                )
-            )
+            rows += sample_rows(sample, advantage)
     return rows
 
 
+def episode_units(rows: Sequence[Any], like: Sequence[Any] | None = None) -> list[list[Any]]:
+    """`rows` cut into episodes: each main row with the extra windows after it. `like`: the TrainSequence rows
+    whose structure to follow when `rows` is a parallel list (e.g. their pi_old log-probs)."""
+    structure = rows if like is None else like
+    starts = [i for i, row in enumerate(structure) if not getattr(row, "extra_window", False)]
+    return [list(rows[a:b]) for a, b in zip(starts, [*starts[1:], len(rows)])]
+
+
+def main_rows(rows: Sequence[Any]) -> int:
+    """Episodes among `rows` (extra windows not counted): the N of the K1.5 loss's 1/N."""
+    return sum(not getattr(row, "extra_window", False) for row in rows)
+
+
 def shard_for_ranks(rows: Sequence[Any], world_size: int) -> list[list[Any]]:
-    """Contiguous, equal shards (rows must divide evenly: the config guarantees it)."""
-    if len(rows) % world_size:
-        raise ValueError(f"{len(rows)} sequences do not split over {world_size} ranks")
-    size = len(rows) // world_size
-    return [list(rows[r * size : (r + 1) * size]) for r in range(world_size)]
+    """Contiguous, equal shards of episodes (their windows stay together; episodes must divide evenly: the config
+    guarantees it)."""
+    units = episode_units(rows)
+    if len(units) % world_size:
+        raise ValueError(f"{len(units)} sequences do not split over {world_size} ranks")
+    size = len(units) // world_size
+    return [[row for unit in units[r * size : (r + 1) * size] for row in unit] for r in range(world_size)]
 
 
 def by_length(rows: Sequence[TrainSequence]) -> list[TrainSequence]:
-    """Rows sorted by token count (stable), so micro-batches pad little: the K1.5 loss of a step is a
-    per-sequence sum once advantages are known, so the order within a rank's shard does not matter."""
-    return sorted(rows, key=lambda row: len(row.token_ids))
+    """Episodes sorted by their main row's token count (stable), so micro-batches pad little: the K1.5 loss of a
+    step is a per-sequence sum once advantages are known, so the order within a rank's shard does not matter."""
+    units = sorted(episode_units(rows), key=lambda unit: len(unit[0].token_ids))
+    return [row for unit in units for row in unit]
 
 
-def micro_batches(rows: Sequence[Any], size: int) -> list[list[Any]]:
-    """Consecutive micro-batches of at most `size` rows."""
-    return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
+def micro_batches(rows: Sequence[Any], size: int, like: Sequence[Any] | None = None) -> list[list[Any]]:
+    """Consecutive micro-batches of at most `size` episodes (an episode's windows ride along with it, so the
+    number of micro-batches, DeepSpeed's gradient accumulation, stays what the config says)."""
+    units = episode_units(rows, like)
+    return [[row for unit in units[i : i + size] for row in unit] for i in range(0, len(units), size)]
 
 
 def micro_loss_scale(step_sequences_total: int, world_size: int, gas: int) -> float:

@@ -16,6 +16,17 @@ class BudgetConfig(K2Config):
     max_tokens: dict[str, int] = Field(
         default_factory=dict, description="Token budget per task type (e.g. math: 128, tool_use: 512)."
     )
+    default_reasoning_max_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Budget of reasoning tokens (inside <think>...</think>, summed over the episode's turns) of task "
+        "types not listed in `reasoning_max_tokens`; null: reasoning counts only against `max_tokens`.",
+    )
+    reasoning_max_tokens: dict[str, int] = Field(
+        default_factory=dict,
+        description="Reasoning-token budget per task type (e.g. math: 96); an episode whose reasoning reaches it is "
+        "cut there and penalized like any truncated response.",
+    )
     penalty: Literal["replace", "subtract", "none"] = Field(
         "replace",
         description="What a truncated response gets: replace its reward by `penalty_value`, subtract `penalty_value`, "
@@ -27,14 +38,19 @@ class BudgetConfig(K2Config):
 
     @model_validator(mode="after")
     def _positive_budgets(self) -> "BudgetConfig":
-        bad = {k: v for k, v in self.max_tokens.items() if v <= 0}
-        if bad:
-            raise ValueError(f"max_tokens must be positive, got {bad}")
+        for name, budgets in (("max_tokens", self.max_tokens), ("reasoning_max_tokens", self.reasoning_max_tokens)):
+            bad = {k: v for k, v in budgets.items() if v <= 0}
+            if bad:
+                raise ValueError(f"budget.{name} must be positive, got {bad}")
         return self
 
     def budget_for(self, task_type: str) -> int:
         """The token budget of a task type."""
         return self.max_tokens.get(task_type, self.default_max_tokens)
+
+    def reasoning_budget_for(self, task_type: str) -> int | None:
+        """The reasoning-token budget of a task type (None: no separate budget)."""
+        return self.reasoning_max_tokens.get(task_type, self.default_reasoning_max_tokens)
 
 
 class LengthPenaltyConfig(K2Config):

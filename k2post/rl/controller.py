@@ -44,7 +44,7 @@ from k2post.rl.prompts import PromptPools
 from k2post.rl.run_config import RLConfig
 from k2post.rl.schedules import temperature_for
 from k2post.rl.state import ControllerState, latest_checkpoint, publish_final
-from k2post.rollout.agentic import EpisodeOptions, episode_tool_stats
+from k2post.rollout.agentic import EpisodeOptions, episode_context_stats, episode_tool_stats
 
 log = logging.getLogger(__name__)
 __all__ = ["ControllerState", "PhaseTimer", "RLRun", "RLRunDirError"]  # ControllerState: old pickles name it here
@@ -154,6 +154,24 @@ def step_mean(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0] if isinstance(rows[0][k], (int, float))}
 
 
+def checkpoint_rate(reward: Any) -> float | None:
+    """The share of rubric checkpoints an episode passed, when its environment reports one."""
+    value = (getattr(reward, "info", None) or {}).get("checkpoint_pass_rate")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def sample_window(window: Any) -> rb.SampleWindow:
+    """An elided episode's earlier window as the trainer needs it."""
+    written = [i for i, m in enumerate(window.loss_mask) if m]
+    return rb.SampleWindow(
+        list(window.token_ids),
+        list(window.loss_mask),
+        [window.versions[i] for i in written],
+        [float(window.logprobs[i]) for i in written],
+        window.routing,
+    )
+
+
 def to_sample(episode: Any, reward: Any) -> rb.Sample:
     """A finished episode and its reward as a row of the group book."""
     group_id, index = group_of(episode.id)
@@ -174,6 +192,10 @@ def to_sample(episode: Any, reward: Any) -> rb.Sample:
         behaviour_logprobs=[float(episode.logprobs[i]) for i in written],
         response_text=final_text(episode),
         routing=getattr(episode, "routing", None),
+        reasoning_tokens=int(getattr(episode, "reasoning_tokens", 0)),
+        windows=[sample_window(w) for w in getattr(episode, "windows", [])],
+        context=episode_context_stats(episode),
+        checkpoint_pass_rate=checkpoint_rate(reward),
         **episode_tool_stats(episode),
     )
 
@@ -232,6 +254,7 @@ class RLRun:
             seed=episode_seed(self.cfg.seed, key),
             temperature=temperature_for(self.cfg.temperature, task.task_type, iteration),
             max_tokens=self.cfg.budget.budget_for(task.task_type),
+            max_reasoning_tokens=self.cfg.budget.reasoning_budget_for(task.task_type),
         )
 
     def assign(self, groups: list[tuple[str, str, Task]], iteration: int) -> Work:
@@ -365,7 +388,7 @@ class RLRun:
         rows = []
         for (shards, shaped), old in zip(batches, olds):
             micro = [rb.micro_batches(s, loss.micro_batch_size) for s in shards]
-            old_micro = [rb.micro_batches(o, loss.micro_batch_size) for o in old]
+            old_micro = [rb.micro_batches(o, loss.micro_batch_size, like=s) for s, o in zip(shards, old)]
             with timer("train"):
                 results = self.trainers.train_step(micro, old_micro, self.state.step)
             self.state.step += 1
@@ -449,6 +472,8 @@ class RLRun:
             "reward/mean": sum(s.reward for s in samples) / n,
             "rollout/response_tokens_mean": sum(s.response_tokens for s in samples) / n,
             "rollout/truncation_rate": sum(s.truncated for s in samples) / n,
+            "rollout/reasoning_tokens_mean": sum(s.reasoning_tokens for s in samples) / n,
+            "rollout/reasoning_budget_rate": sum(s.finish_reason == "reasoning_budget" for s in samples) / n,
             "rollout/reward_errors": sum(s.reward_error is not None for s in samples),
         }
         for name in self.envs:

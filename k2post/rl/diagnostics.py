@@ -83,4 +83,19 @@ def agentic_metrics(samples: Sequence[Any], success_threshold: float) -> dict[st
             f"agent/{env}/tool_calls_mean": calls / n,
             f"agent/{env}/tool_errors_mean": sum(s.tool_errors for s in mine) / n,
         }
+        row |= long_episode_metrics(env, mine)
+    return row
+
+
+def long_episode_metrics(env: str, samples: Sequence[Any]) -> dict[str, float]:
+    """`agent/<env>/context_peak_mean` (longest context a generation saw, tokens), `elisions_mean`, and
+    `checkpoint_pass_rate` where the env reports rubric checkpoints (`Sample.checkpoint_pass_rate`)."""
+    row: dict[str, float] = {}
+    contexts = [s.context for s in samples if getattr(s, "context", None)]
+    if contexts:
+        row[f"agent/{env}/context_peak_mean"] = sum(c["context_peak"] for c in contexts) / len(contexts)
+        row[f"agent/{env}/elisions_mean"] = sum(c["elisions"] for c in contexts) / len(contexts)
+    rates = [s.checkpoint_pass_rate for s in samples if getattr(s, "checkpoint_pass_rate", None) is not None]
+    if rates:
+        row[f"agent/{env}/checkpoint_pass_rate"] = sum(rates) / len(rates)
     return row

@@ -322,7 +322,18 @@ class RLConfig(K2Config):
                 f"a budget ({longest} tokens) exceeds rollout.agentic.max_episode_tokens "
                 f"({self.rollout.agentic.max_episode_tokens}): raise max_episode_tokens or lower the budget"
             )
+        self._check_context()
         return self
+
+    def _check_context(self) -> None:
+        """Context elision must start before the engine's context runs out."""
+        agentic, engine_len = self.rollout.agentic, self.rollout.engine.max_model_len
+        if agentic.context.enabled and agentic.context.budget_tokens + agentic.max_turn_tokens > engine_len:
+            raise ValueError(
+                f"rollout.agentic.context.budget_tokens ({agentic.context.budget_tokens}) + max_turn_tokens "
+                f"({agentic.max_turn_tokens}) > rollout.engine.max_model_len ({engine_len}): episodes would hit the "
+                "context limit before eliding; lower context.budget_tokens or raise max_model_len"
+            )
 
     def env_configs(self) -> dict[str, dict[str, Any]]:
         """name -> validated environment config dict (what the actors and reward workers build from)."""

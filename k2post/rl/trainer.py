@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from k2post.train.memory import peak_rss_mib, rss_mib
-from k2post.rl.batch import TrainSequence, micro_loss_scale, pad_rows
+from k2post.rl.batch import TrainSequence, main_rows, micro_loss_scale, pad_rows
 from k2post.optim.qk_clip import recording_real_tokens
 from k2post.rl.losses import (
     k15_residuals,
@@ -269,7 +269,7 @@ class RLTrainerWorker:
     ) -> None:
         """Forward + backward of every micro-batch, `engine.step()` after each but the last (the caller's)."""
         gas = len(micro)
-        scale = micro_loss_scale(sum(len(m) for m in micro) * self.world_size, self.world_size, gas)
+        scale = micro_loss_scale(sum(main_rows(m) for m in micro) * self.world_size, self.world_size, gas)
         for index, (rows, old) in enumerate(zip(micro, logp_old)):
             loss = self._micro_loss(rows, old, scale, sums)
             if index == gas - 1 and self.ptx_rows:
@@ -291,7 +291,7 @@ class RLTrainerWorker:
         self.engine.step()
         sums["grad_norm"] = plain_norm if plain_norm is not None else float(self.engine.get_global_grad_norm() or 0.0)
         qk = self._qk_clip()
-        total = sum(len(m) for m in micro) * self.world_size
+        total = sum(main_rows(m) for m in micro) * self.world_size
         return self._step_metrics(sums, total, qk, time.perf_counter() - started)
 
     def loss_gradient(

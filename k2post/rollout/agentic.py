@@ -3,7 +3,8 @@
 Each round, every running episode's token transcript goes into one batched `engine.generate`
 call (vLLM schedules them together); then each finished turn is parsed, its tool calls are run
 by the environment's `step`, and the tool results are appended as tokens. An episode ends when the
-environment says done, at `max_turns`, at its token budget, or at the model's context length.
+environment says done, at `max_turns`, at its token budget, at its reasoning-token budget (tokens inside
+`<think>...</think>` over all turns; the generation is cut at the budget) or at the model's context length.
 
     runner = AgenticRollout(engine, {"tool_use": env}, AgenticRolloutConfig(iteration_token_budget=128), sampling)
     episodes = [runner.start(env_name, task) for task in tasks]
@@ -26,23 +27,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from k2post.chat.parse import SOFT_ERRORS, ToolCallParseError
-from k2post.chat.template import render_continuation_ids, render_ids
+from k2post.chat.template import render_continuation_ids, render_ids, render_transcript_ids, special_token_ids
+from k2post.chat.tokens import THINK_BEGIN, THINK_END
 from k2post.chat.types import Message, ToolSpec, format_call_id
 from k2post.envs.base import Environment, MultiTurnEnvironment, Reward, Task
 from k2post.envs.workers import check_reward, error_text
 from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
+from k2post.rollout.context import elide_messages
 from k2post.rollout.routing_capture import merge_first
 from k2post.rollout.engine import Generation, RolloutEngine, parse_generation, turn_stop_ids, with_turn_stops
 
 log = logging.getLogger(__name__)
 
 Status = Literal["running", "paused", "done"]
-FinishReason = Literal["env_done", "max_turns", "turn_budget", "episode_budget", "context_limit", "env_error"]
-TRUNCATED_REASONS = ("max_turns", "turn_budget", "episode_budget", "context_limit")
+FinishReason = Literal[
+    "env_done", "max_turns", "turn_budget", "episode_budget", "reasoning_budget", "context_limit", "env_error"
+]
+TRUNCATED_REASONS = ("max_turns", "turn_budget", "episode_budget", "reasoning_budget", "context_limit")
 ERROR_PREFIX = "Error: "
 
 
@@ -56,6 +61,20 @@ class Segment:
     iteration: int
 
 
+@dataclass
+class Window:
+    """An earlier context window of an elided episode (docs/ROLLOUT.md, "Long episodes"): its transcript exactly as
+    the engine saw and wrote it; trained as its own row with the episode's advantage."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    routing: Any = None
+    segments: list[Segment] = field(default_factory=list)
+    messages: int = 0  # dialogue messages when the window closed (episode.messages[:messages] rendered its prompt)
+
+
 @dataclass(frozen=True)
 class EpisodeOptions:
     """Per-episode settings the caller picks (the RL controller, the held-out eval); None keeps the runner's."""
@@ -64,6 +83,7 @@ class EpisodeOptions:
     seed: int | None = None  # sampling seed: each generation uses episode_seed(seed, len(token_ids))
     temperature: float | None = None  # sampling temperature (None: the runner's sampling)
     max_tokens: int | None = None  # budget of model-written tokens (None: cfg.max_episode_tokens)
+    max_reasoning_tokens: int | None = None  # budget of reasoning tokens over the episode (None: no own budget)
 
 
 @dataclass
@@ -95,6 +115,12 @@ class Episode:
     temperature: float | None = None  # per-episode sampling temperature (None: the runner's sampling)
     seed: int | None = None  # per-episode sampling seed: each generation uses episode_seed(seed, len(token_ids))
     max_tokens: int | None = None  # per-episode budget of model-written tokens (None: cfg.max_episode_tokens)
+    max_reasoning_tokens: int | None = None  # per-episode budget of reasoning tokens (None: none of its own)
+    reasoning_tokens: int = 0  # model-written tokens inside <think>...</think> so far (the tags not counted)
+    in_think: bool = False  # the transcript ends inside an open <think> of a model-written turn
+    windows: list[Window] = field(default_factory=list)  # context management: earlier windows (token_ids: current)
+    elided_turns: int = 0  # assistant turns elided in the current window's prompt
+    context_peak: int = 0  # longest context (tokens) any generation of the episode saw
 
     @property
     def truncated(self) -> bool:
@@ -107,8 +133,9 @@ class Episode:
         return self.token_ids[self.prompt_len :]
 
     def policy_versions(self) -> list[int]:
-        """Distinct policy versions that wrote tokens of this episode, in order."""
-        return sorted({segment.policy_version for segment in self.segments})
+        """Distinct policy versions that wrote tokens of this episode (every window), in order."""
+        segments = [*(s for w in self.windows for s in w.segments), *self.segments]
+        return sorted({segment.policy_version for segment in segments})
 
 
 @dataclass
@@ -146,6 +173,27 @@ def _append(
     episode.loss_mask.extend([1 if written else 0] * len(ids))
     episode.logprobs.extend(list(logprobs) if written else [0.0] * len(ids))
     episode.versions.extend([version if written else -1] * len(ids))
+
+
+def count_reasoning(
+    ids: Sequence[int], in_think: bool, think_ids: tuple[int, int], remaining: int | None
+) -> tuple[int, int | None, bool]:
+    """Reasoning tokens among model-written `ids` (tokens strictly between `<think>` and `</think>`; the transcript
+    is `in_think` before them). Returns (count, cut, in_think after): `cut` is the length to keep when the count
+    reaches `remaining` (the budget left; None: no budget), i.e. the reasoning is cut after its `remaining`-th token.
+    """
+    begin, end = think_ids
+    count = 0
+    for position, token in enumerate(ids):
+        if token == begin:
+            in_think = True
+        elif token == end:
+            in_think = False
+        elif in_think:
+            count += 1
+            if remaining is not None and count >= remaining:
+                return count, position + 1, in_think
+    return count, None, in_think
 
 
 def truncate_observation(tokenizer, message: Message, max_tokens: int) -> Message:
@@ -190,6 +238,7 @@ class AgenticRollout:
         # The runner decodes turns itself, so the engine need not build text (stop strings need it).
         self.sampling = with_turn_stops(sampling, self.tokenizer).model_copy(update={"detokenize": bool(sampling.stop)})
         self.stop_ids = set(turn_stop_ids(self.tokenizer))
+        self.think_ids = (special_token_ids(self.tokenizer)[THINK_BEGIN], special_token_ids(self.tokenizer)[THINK_END])
         engine_cfg = getattr(engine, "cfg", None)
         self.max_model_len = max_model_len or getattr(engine_cfg, "max_model_len", 1 << 30)
 
@@ -216,6 +265,7 @@ class AgenticRollout:
             temperature=options.temperature,
             seed=options.seed,
             max_tokens=options.max_tokens,
+            max_reasoning_tokens=options.max_reasoning_tokens,
         )
         _append(episode, prompt, written=False)
         episode.turn_start = len(episode.token_ids)
@@ -261,6 +311,7 @@ class AgenticRollout:
         """One batched generate call for `batch`, then each episode takes its turn."""
         ready, limits = [], []
         for episode in batch:
+            self._maybe_elide(episode)
             caps = self._caps(episode, spent[episode.id])
             reason = min(caps, key=caps.get)
             if caps[reason] <= 0:
@@ -275,8 +326,11 @@ class AgenticRollout:
         version = int(self.engine.weights_version)
         for episode, generation, (cap, reason) in zip(ready, generations, limits):
             spent[episode.id] += len(generation.token_ids)
+            generation, over_reasoning = self._reasoning_cut(episode, generation)
             self._take_generation(episode, generation, version, iteration)
-            if self._turn_complete(generation):
+            if over_reasoning:
+                _finish(episode, "reasoning_budget")
+            elif self._turn_complete(generation):
                 self._end_turn(episode)
             elif len(generation.token_ids) >= cap:
                 self._stop_at_cap(episode, reason)
@@ -293,13 +347,66 @@ class AgenticRollout:
     def _generate(self, episodes: list[Episode], samplings: list[SamplingConfig]) -> list[Generation]:
         """One engine call for the batch (per-episode caps as per-prompt sampling params)."""
         prompts = [list(episode.token_ids) for episode in episodes]
+        for episode in episodes:
+            episode.context_peak = max(episode.context_peak, len(episode.token_ids))
         return [gens[0] for gens in self.engine.generate(prompts, samplings)]
+
+    def _maybe_elide(self, episode: Episode) -> None:
+        """At the start of a turn, a context over budget moves the episode to a new, elided window."""
+        ctx = self.cfg.context
+        if (
+            not ctx.enabled
+            or len(episode.token_ids) <= ctx.budget_tokens
+            or len(episode.token_ids) != episode.turn_start
+        ):
+            return
+        elided, turns = elide_messages(episode.messages, ctx.keep_last_turns, ctx.placeholder)
+        if turns <= episode.elided_turns:
+            return  # nothing new to elide: the context limit decides
+        episode.windows.append(
+            Window(
+                episode.token_ids,
+                episode.loss_mask,
+                episode.logprobs,
+                episode.versions,
+                episode.routing,
+                episode.segments,
+                len(episode.messages),
+            )
+        )
+        prompt = render_transcript_ids(self.tokenizer, elided, episode.tools).input_ids
+        episode.token_ids, episode.loss_mask, episode.logprobs, episode.versions = [], [], [], []
+        episode.routing, episode.segments, episode.elided_turns = None, [], turns
+        _append(episode, prompt, written=False)
+        episode.prompt_len = episode.turn_start = len(prompt)
 
     def _stop_at_cap(self, episode: Episode, reason: str) -> None:
         if reason == "paused":
             episode.status = "paused"
         else:
             _finish(episode, reason)  # type: ignore[arg-type]
+
+    def _reasoning_cut(self, episode: Episode, generation: Generation) -> tuple[Generation, bool]:
+        """Count the generation's reasoning tokens; when the episode's reasoning budget runs out inside it, the
+        generation cut right after the last budgeted reasoning token, and True."""
+        remaining = None
+        if episode.max_reasoning_tokens is not None:
+            remaining = episode.max_reasoning_tokens - episode.reasoning_tokens
+        count, cut, episode.in_think = count_reasoning(
+            generation.token_ids, episode.in_think, self.think_ids, remaining
+        )
+        episode.reasoning_tokens += count
+        if cut is None:
+            return generation, False
+        start = len(episode.token_ids)
+        routed = generation.routed_experts
+        return replace(
+            generation,
+            token_ids=generation.token_ids[:cut],
+            logprobs=generation.logprobs[:cut],
+            routed_experts=None if routed is None else routed[: start + cut],
+            finish_reason="length",
+        ), True
 
     def _take_generation(self, episode: Episode, generation: Generation, version: int, iteration: int) -> None:
         start = len(episode.token_ids)
@@ -393,4 +500,16 @@ def episode_tool_stats(episode: Episode) -> dict[str, int]:
         "tool_calls": calls,
         "malformed_calls": malformed,
         "tool_errors": max(0, error_results - malformed),
+    }
+
+
+def episode_context_stats(episode: Episode) -> dict[str, int]:
+    """Long-episode counts: `windows` (1 + elisions), `elisions`, `context_peak` (longest context a generation saw,
+    tokens) and `stored_tokens` (transcript tokens kept over all windows)."""
+    windows = getattr(episode, "windows", [])
+    return {
+        "windows": len(windows) + 1,
+        "elisions": len(windows),
+        "context_peak": int(getattr(episode, "context_peak", 0)),
+        "stored_tokens": sum(len(w.token_ids) for w in windows) + len(episode.token_ids),
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from k2post.config.base import K2Config
 
@@ -86,8 +86,40 @@ class SamplingConfig(K2Config):
         return self
 
 
+class ContextConfig(K2Config):
+    """Context management for episodes longer than the model's context (docs/ROLLOUT.md, "Long episodes")."""
+
+    enabled: bool = Field(False, description="Elide old turns once the context passes `budget_tokens`.")
+    budget_tokens: int = Field(
+        4096,
+        gt=0,
+        description="At the start of a turn, a context longer than this many tokens is elided: the episode goes on "
+        "in a new window whose prompt is the elided dialogue (each window is its own training row).",
+    )
+    keep_last_turns: int = Field(
+        4,
+        ge=0,
+        description="Assistant turns kept verbatim (the most recent ones, with their reasoning and tool results); "
+        "every older turn and its results collapse into one note.",
+    )
+    placeholder: str = Field(
+        "[{turns} earlier assistant turns and {results} tool results elided]",
+        min_length=1,
+        description="Text of the note that replaces the elided turns ({turns} and {results} are filled in).",
+    )
+
+    @field_validator("placeholder")
+    @classmethod
+    def _formats(cls, value: str) -> str:
+        try:
+            value.format(turns=0, results=0)
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"placeholder may use only {{turns}} and {{results}}: {err}") from None
+        return value
+
+
 class AgenticRolloutConfig(K2Config):
-    """Multi-turn episodes: turn limits, token budgets and partial rollout."""
+    """Multi-turn episodes: turn limits, token budgets, partial rollout and context management."""
 
     max_turns: int = Field(8, gt=0, description="Assistant turns per episode before it is cut off.")
     max_turn_tokens: int = Field(256, gt=0, description="Most tokens the model may write in one assistant turn.")
@@ -110,6 +142,9 @@ class AgenticRolloutConfig(K2Config):
     )
     max_concurrent_episodes: int = Field(
         64, gt=0, description="Episodes stepped together in one batched generate call."
+    )
+    context: ContextConfig = Field(
+        default_factory=ContextConfig, description="Eliding old tool results in episodes that outgrow the context."
     )
 
     @model_validator(mode="after")

@@ -223,6 +223,12 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(t.shape[0], -1).contiguous()
 
 
+def _same_memory(flat: torch.Tensor, original: torch.Tensor) -> bool:
+    """Whether `_flat` returned a view of `original` (the kernel then already wrote into it; copying back would
+    overlap itself, e.g. one decode token's key sliced from a wider tensor: strides differ, memory is the same)."""
+    return flat is original or flat.data_ptr() == original.data_ptr()
+
+
 def rope_patch_applied() -> bool:
     """True when the flat-input wrapper of the CPU rotary kernel is installed."""
     return _installed(_rope_cls(), "forward_cpu")
@@ -233,9 +239,9 @@ def _flat_rope_wrapper(original: Callable) -> Callable:
         q = _flat(query)
         k = None if key is None else _flat(key)
         original(self, positions, q, k)  # in place on q, k
-        if q is not query:
+        if not _same_memory(q, query):
             query.copy_(q.view(query.shape))
-        if key is not None and k is not key:
+        if key is not None and not _same_memory(k, key):
             key.copy_(k.view(key.shape))
         return query, key
 

@@ -66,6 +66,13 @@ class SFTDataConfig(K2Config):
         "(require_k2: else a bad row).",
     )
     limit: int | None = Field(None, gt=0, description="Read only the first N rows (null: all).")
+    reasoning_history: Literal["split", "last_exchange"] = Field(
+        "split",
+        description="A dialogue whose earlier exchanges carry reasoning (the template hides it, and leaves it "
+        "untrained, once a later user message follows): split it into one example per such exchange, each ending "
+        "there, so every reasoning is trained once in the context the policy sees (split); or keep one example "
+        "that trains only the last exchange (last_exchange).",
+    )
 
 
 class SFTTrainConfig(K2Config):

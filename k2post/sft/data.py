@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -41,7 +42,7 @@ from k2post.sft.sources import PROBLEM_KEY, SFTDataError, open_dataset
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BadRowError", "SFTData", "SFTDataError", "load_sft_data", "open_dataset", "row_example"]
+__all__ = ["BadRowError", "SFTData", "SFTDataError", "load_sft_data", "open_dataset", "row_example", "row_examples"]
 MAX_LISTED_BAD_ROWS = 1000  # data_report.json lists at most this many (all are counted)
 
 
@@ -185,9 +186,39 @@ def _row_dialogue(row: dict[str, Any], tool_call_ids: str) -> tuple[list[Message
     return dialogue, tools
 
 
-def row_example(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataConfig) -> Example:
-    """Render one row into an `Example`; RowError says why it cannot be used."""
+def exchange_ends(messages: Sequence[Message]) -> list[int]:
+    """Where to cut a dialogue so each exchange with reasoning is trained while visible: the index of every user
+    message that follows an assistant message with reasoning (its exchange's reasoning would be hidden from there on),
+    then len(messages)."""
+    ends, pending = [], False
+    for index, message in enumerate(messages):
+        if message.role == "user" and pending:
+            ends.append(index)
+            pending = False
+        pending = pending or (message.role == "assistant" and message.reasoning is not None)
+    return [*ends, len(messages)]
+
+
+def row_examples(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataConfig) -> list[Example]:
+    """The row's examples: one, or with reasoning_history: split, one per exchange whose reasoning a later user
+    message hides (ids `ID`, `ID#x1`, ...; the last is the whole dialogue)."""
     dialogue, tools = row_dialogue(row, cfg.tool_call_ids)
+    ends = exchange_ends(dialogue) if cfg.reasoning_history == "split" else [len(dialogue)]
+    examples = [_example(dialogue[:end], tools, index, str(row["id"]), tokenizer, cfg) for end in ends]
+    if len(examples) > 1:
+        examples = [replace(e, id=f"{e.id}#x{k}") for k, e in enumerate(examples[:-1])] + examples[-1:]
+    return examples
+
+
+def row_example(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataConfig) -> Example:
+    """Render one row into a single `Example` (the whole dialogue); RowError says why it cannot be used."""
+    dialogue, tools = row_dialogue(row, cfg.tool_call_ids)
+    return _example(dialogue, tools, index, str(row["id"]), tokenizer, cfg)
+
+
+def _example(
+    dialogue: list[Message], tools: list[ToolSpec], index: int, row_id: str, tokenizer: Any, cfg: SFTDataConfig
+) -> Example:
     try:
         rendered = render_ids(tokenizer, dialogue, tools=tools)
     except ValueError as err:
@@ -199,7 +230,7 @@ def row_example(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataCon
             f"{len(rendered.input_ids)} tokens > data.max_seq_len {cfg.max_seq_len} (rows are never truncated: "
             "raise max_seq_len or shorten the dialogue)"
         )
-    return Example(tuple(rendered.input_ids), tuple(rendered.assistant_mask), index, str(row["id"]))
+    return Example(tuple(rendered.input_ids), tuple(rendered.assistant_mask), index, row_id)
 
 
 # --------------------------------------------------------------------------- split + report
@@ -259,9 +290,9 @@ def _row_id(row: dict[str, Any], seen: dict[str, int]) -> str:
 
 
 def _add(report: DataReport, data: SFTData, example: Example, row: dict[str, Any], cfg: SFTDataConfig) -> None:
-    """File an example under train or eval and count it."""
+    """File an example under train or eval (by its row's id: a split row's examples stay together) and count it."""
     report.domains[str(row.get("domain") or "?")] += 1
-    if is_eval_id(example.id, cfg.eval_fraction, cfg.split_salt):
+    if is_eval_id(str(row["id"]), cfg.eval_fraction, cfg.split_salt):
         data.eval.append(example)
         report.eval_examples += 1
         report.eval_tokens += len(example)
@@ -290,7 +321,8 @@ def load_sft_data(cfg: SFTDataConfig, tokenizer: Any) -> SFTData:
         try:
             row_id = _row_id(row, seen)
             seen[row_id] = index
-            _add(report, data, row_example(row, index, tokenizer, cfg), row, cfg)
+            for example in row_examples(row, index, tokenizer, cfg):
+                _add(report, data, example, row, cfg)
         except RowError as err:
             _reject(report, BadRow(index, row_id, str(err)), cfg)
         except RecursionError:  # JSON text or values deeper than Python can walk

@@ -132,6 +132,12 @@ class SynthConfig(K2Config):
         description="Task templates `direct_answer_rate` applies to (null: every template), e.g. [calc_multiply]: a "
         "teacher that trusts its mental arithmetic on products but adds with the calculator.",
     )
+    reasoning: bool = Field(
+        False,
+        description="Assistant turns think before they act (K2 Thinking): the reference agent writes what the last "
+        "tool results said and why it makes its next calls into `reasoning_content`; the LLM agent keeps the model's "
+        "own reasoning (dropped when false). SFT then trains it (data.reasoning_history says how, docs/SFT.md).",
+    )
     user_simulator: Literal["rules", "llm"] = Field(
         "rules", description="Who plays the user: persona rules or the LLM."
     )

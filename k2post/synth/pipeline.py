@@ -133,9 +133,9 @@ def synthesize(
     state = domain.new_state(task.scenario)
     direct = cfg.agent == "reference" and answers_directly(cfg, task)
     agent = (
-        LLMAgent(client, **sampling)
+        LLMAgent(client, keep_reasoning=cfg.reasoning, **sampling)
         if cfg.agent == "llm"
-        else ReferenceAgent(task, rng, cfg.mistake_rate, direct=direct)
+        else ReferenceAgent(task, rng, cfg.mistake_rate, direct=direct, reasoning=cfg.reasoning)
     )
     user = LLMUser(client, task, **sampling) if cfg.user_simulator == "llm" else RuleUser(task)
     if cfg.tool_simulator == "llm":
@@ -315,7 +315,9 @@ def synthesize_prompts(cfg: SynthConfig, tasks: list, writer: ShardWriter, conso
         accepted = 0
         for task in tasks:
             tool_sim = LLMToolSimulator(client, task.tools, "the tools of the user's request", **sampling)
-            row = prompt_row(task, LLMAgent(client, **sampling), tool_sim, judge, cfg.max_turns)
+            row = prompt_row(
+                task, LLMAgent(client, keep_reasoning=cfg.reasoning, **sampling), tool_sim, judge, cfg.max_turns
+            )
             writer.write(row)
             accepted += row["accepted"]
             progress.update(bar, advance=1, accepted=accepted)

@@ -61,14 +61,44 @@ def _perturb(arguments: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return {**arguments, key: changed}
 
 
+def _last_results(messages: list[Message]) -> list[Message]:
+    """The tool results since the last assistant message."""
+    results: list[Message] = []
+    for message in reversed(messages):
+        if message.role != "tool":
+            break
+        results.insert(0, message)
+    return results
+
+
+def reference_reasoning(calls: list[tuple[str, dict[str, Any]]], messages: list[Message], answer: bool) -> str:
+    """The built-in agent's thinking before a turn: what the last results said, then what it does next and why."""
+    seen = "; ".join(f"{m.tool_call_id} returned {m.content[:80]}" for m in _last_results(messages))
+    lines = [f"So far: {seen}."] if seen else []
+    if answer:
+        lines.append("I have what I need from the tools; now I answer the user." if seen else "I can answer directly.")
+    else:
+        planned = ", ".join(f"{name}({json.dumps(args, sort_keys=True)})" for name, args in calls)
+        lines.append(f"Next I call {planned}, since the request needs {'these' if len(calls) > 1 else 'this'} first.")
+    return " ".join(lines)
+
+
 class ReferenceAgent:
-    """Plays the reference solution turn by turn; maybe with one seeded mistake."""
+    """Plays the reference solution turn by turn; maybe with one seeded mistake; with `reasoning`, each turn thinks
+    first (`reference_reasoning`) as K2 Thinking's think -> act -> think trajectories do."""
 
     def __init__(
-        self, task: SynthTask, rng: random.Random, mistake_rate: float, mistake: str | None = None, direct: bool = False
+        self,
+        task: SynthTask,
+        rng: random.Random,
+        mistake_rate: float,
+        mistake: str | None = None,
+        direct: bool = False,
+        reasoning: bool = False,
     ):
         """`mistake` forces one kind (tests); otherwise one is drawn with probability `mistake_rate`.
         `direct`: answer at once with the reference answer, calling no tool."""
+        self.reasoning = reasoning
         if mistake is not None and mistake not in MISTAKES:
             raise ValueError(f"unknown mistake {mistake!r}; known: {MISTAKES}")
         self.direct = direct
@@ -101,21 +131,22 @@ class ReferenceAgent:
 
     def next_turn(self, messages: list[Message], tools: list[ToolSpec]) -> Message:
         if self.position >= len(self.turns):
-            return Message(role="assistant", content=self.answer)
+            thought = reference_reasoning([], messages, answer=True) if self.reasoning else None
+            return Message(role="assistant", content=self.answer, reasoning=thought)
+        planned = self.turns[self.position]
         first = _calls_so_far(messages)
-        calls = [
-            ToolCall(id=format_call_id(n, first + i), name=n, arguments=a)
-            for i, (n, a) in enumerate(self.turns[self.position])
-        ]
+        calls = [ToolCall(id=format_call_id(n, first + i), name=n, arguments=a) for i, (n, a) in enumerate(planned)]
         self.position += 1
-        return Message(role="assistant", tool_calls=calls)
+        thought = reference_reasoning(planned, messages, answer=False) if self.reasoning else None
+        return Message(role="assistant", tool_calls=calls, reasoning=thought)
 
 
 class LLMAgent:
-    """Assistant turns from an LLM (tool calls parsed by the client); call ids renumbered K2-style."""
+    """Assistant turns from an LLM (tool calls parsed by the client); call ids renumbered K2-style; the model's
+    reasoning is kept when `keep_reasoning` (dropped otherwise)."""
 
-    def __init__(self, client: ToolLLMClient, **sampling: Any):
-        self.client, self.sampling = client, sampling
+    def __init__(self, client: ToolLLMClient, keep_reasoning: bool = False, **sampling: Any):
+        self.client, self.sampling, self.keep_reasoning = client, sampling, keep_reasoning
         self.parse_errors: list[str] = []
 
     def next_turn(self, messages: list[Message], tools: list[ToolSpec]) -> Message:
@@ -126,7 +157,8 @@ class LLMAgent:
             c.model_copy(update={"id": format_call_id(c.name, first + i)})
             for i, c in enumerate(result.message.tool_calls)
         ]
-        return result.message.model_copy(update={"tool_calls": calls, "reasoning": None})
+        reasoning = result.message.reasoning if self.keep_reasoning else None
+        return result.message.model_copy(update={"tool_calls": calls, "reasoning": reasoning})
 
 
 class RuleUser:

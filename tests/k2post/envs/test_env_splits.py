@@ -58,6 +58,7 @@ NO_SHIFT = [
     ("faithfulness", {}),
     ("code", {}),
     ("self_critique", {}),
+    ("record_audit", {"n_records": 8, "dev_size": 20, "test_size": 20}),
 ]
 
 

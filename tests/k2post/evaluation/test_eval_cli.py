@@ -88,6 +88,9 @@ def test_run_dir_supplies_envs_budgets_and_turn_limits(tmp_path):
     )
     assert cfg.agentic.max_turns == 3 and cfg.agentic.iteration_token_budget is None
     assert cfg.model_path == str(run / "final") and cfg.report_path == str(run / "eval" / "math+tool_use-n5-s7.json")
+    assert cfg.engine.dtype == "float32"
+    bf16 = build_eval_config(_request(str(run), "--dtype", "bfloat16"))
+    assert bf16.engine.dtype == "bfloat16" and bf16.engine.max_model_len == cfg.engine.max_model_len
     override = tmp_path / "math.yaml"
     override.write_text("difficulty: 4\n")
     cfg = build_eval_config(_request(str(run), "--env", "math", "--env-config", str(override), "--max-tokens", "20"))

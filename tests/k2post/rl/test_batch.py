@@ -110,3 +110,26 @@ def test_by_length_micro_batches_pad_little_and_keep_every_row(lengths, size, ex
     pad = sum(max(len(r.token_ids) for r in b) * len(b) - sum(len(r.token_ids) for r in b) for b in batches)
     assert pad == expected_pad
     assert sorted(r.key for b in batches for r in b) == sorted(r.key for r in rows)
+
+
+def test_elided_windows_train_with_their_episode_and_do_not_change_the_step_shape():
+    """An elided episode's earlier windows: own rows, same advantage, kept with their episode through sharding,
+    sorting and micro-batching; N of the 1/N (and the micro-batch count, DeepSpeed's GAS) counts episodes."""
+    long = _sample("a", 0, 1.0, tokens=5)
+    long.windows = [
+        rb.SampleWindow([7, 7, 8], [0, 0, 1], [0], [-0.5]),
+        rb.SampleWindow([7, 8, 8], [0, 1, 1], [0, 0], [-1, -1]),
+    ]
+    groups = [[long, _sample("a", 1, 0.0)], [_sample("b", 0, 0.5, tokens=1), _sample("b", 1, 0.5, tokens=9)]]
+    rows = rb.step_sequences(groups, [[1.0, 0.0], [0.5, 0.5]])
+    assert [r.key for r in rows] == ["a/0", "a/0#w0", "a/0#w1", "a/1", "b/0", "b/1"]
+    assert [r.advantage for r in rows[:3]] == [0.5] * 3 and [r.extra_window for r in rows[:3]] == [False, True, True]
+    assert long.response_tokens == 5 + 1 + 2 and rb.main_rows(rows) == 4
+    shards = rb.shard_for_ranks(rows, 2)
+    assert [[r.key for r in s] for s in shards] == [["a/0", "a/0#w0", "a/0#w1", "a/1"], ["b/0", "b/1"]]
+    ordered = rb.by_length(shards[0])
+    assert [r.key for r in ordered] == ["a/1", "a/0", "a/0#w0", "a/0#w1"]  # sorted by episode, windows follow
+    micro = rb.micro_batches(ordered, 1)
+    assert [[r.key for r in m] for m in micro] == [["a/1"], ["a/0", "a/0#w0", "a/0#w1"]]
+    old = [[-0.1 * i] for i in range(len(ordered))]  # a parallel list (pi_old per row) chunks the same way
+    assert [len(m) for m in rb.micro_batches(old, 1, like=ordered)] == [1, 3]

@@ -277,3 +277,14 @@ def test_train_rows_carry_the_signal_of_the_trained_groups():
         assert row["rollout/reward_std_mean"] == pytest.approx(0.125) and row[
             "rollout/reward_std_max"
         ] == pytest.approx(0.5)
+
+
+def test_long_episode_metrics_report_context_elisions_and_checkpoints():
+    long = [_sample("record_audit", 0.9, turns=200, calls=200), _sample("record_audit", 0.3, turns=120, calls=120)]
+    long[0].context = {"windows": 31, "elisions": 30, "context_peak": 940, "stored_tokens": 28000}
+    long[1].context = {"windows": 11, "elisions": 10, "context_peak": 900, "stored_tokens": 9000}
+    long[0].checkpoint_pass_rate, long[1].checkpoint_pass_rate = 1.0, 0.5
+    row = agentic_metrics(long, success_threshold=0.9)
+    assert row["agent/record_audit/tool_calls_mean"] == 160
+    assert row["agent/record_audit/elisions_mean"] == 20 and row["agent/record_audit/context_peak_mean"] == 920
+    assert row["agent/record_audit/checkpoint_pass_rate"] == 0.75

@@ -43,6 +43,14 @@ def test_budget_per_task_type_and_errors():
         apply_budget([1.0, 0.0], [True], cfg)
 
 
+def test_reasoning_budget_per_task_type():
+    cfg = BudgetConfig(default_reasoning_max_tokens=64, reasoning_max_tokens={"math": 16})
+    assert (cfg.reasoning_budget_for("math"), cfg.reasoning_budget_for("tool_use")) == (16, 64)
+    assert BudgetConfig().reasoning_budget_for("math") is None  # no own budget unless configured
+    with pytest.raises(ValueError, match="reasoning_max_tokens must be positive"):
+        BudgetConfig(reasoning_max_tokens={"math": -1})
+
+
 @pytest.mark.parametrize(
     ("lengths", "correct", "expected"),
     [

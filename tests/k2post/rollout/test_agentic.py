@@ -15,6 +15,7 @@ from k2post.envs.base import Reward
 from k2post.rollout.agentic import (
     AgenticRollout,
     EpisodeOptions,
+    count_reasoning,
     parse_error_messages,
     score_episode,
     truncate_observation,
@@ -58,6 +59,46 @@ def test_episode_options_set_the_episodes_id_seed_temperature_and_budget(engine,
     assert (episode.id, episode.seed, episode.temperature, episode.max_tokens) == ("e/0", 7, 0.5, 9)
     plain = runner.start("tool_use", bank_tasks[0])
     assert (plain.id, plain.seed, plain.temperature, plain.max_tokens) == (bank_tasks[0].id, None, None, None)
+
+
+B, E = 100, 101  # stand-ins for the <think> and </think> ids
+
+
+@pytest.mark.parametrize(
+    ("ids", "in_think", "remaining", "expected"),
+    [
+        ([B, 1, 2, E, 3], False, None, (2, None, False)),  # tags are not reasoning, content after </think> neither
+        ([1, 2, 3], True, None, (3, None, True)),  # resumed inside an open <think>
+        ([1, 2, 3], False, None, (0, None, False)),  # no think at all
+        ([B, 1, 2, 3, 4], False, 2, (2, 3, True)),  # budget 2: cut after the 2nd reasoning token
+        ([B, 1, E, B, 2, 3, E], False, 2, (2, 5, True)),  # counted over several think blocks
+        ([B, 1, E, 5, 6], False, 2, (1, None, False)),  # under budget: nothing cut
+        ([1, E, B, 2], True, 1, (1, 1, True)),
+    ],
+)
+def test_count_reasoning(ids, in_think, remaining, expected):
+    assert count_reasoning(ids, in_think, (B, E), remaining) == expected
+
+
+@pytest.mark.slow
+def test_reasoning_budget_cuts_the_turn_and_ends_the_episode(engine, bank_env, bank_tasks):
+    from k2post.rollout.engine import Generation
+
+    runner = _runner(engine, bank_env)
+    begin, end = runner.think_ids
+    episode = runner.start("tool_use", bank_tasks[0], options=EpisodeOptions(max_reasoning_tokens=5))
+    first = Generation([], [begin, 70, 80, 90], [-0.1] * 4)
+    cut, over = runner._reasoning_cut(episode, first)
+    assert (cut.token_ids, over, episode.reasoning_tokens, episode.in_think) == ([begin, 70, 80, 90], False, 3, True)
+    runner._take_generation(episode, cut, 0, 0)
+    second = Generation([], [50, 51, 52, end, 53], [-0.2] * 5, finish_reason="stop")
+    cut, over = runner._reasoning_cut(episode, second)  # 2 left: cut after token 51
+    assert (cut.token_ids, cut.logprobs, cut.finish_reason, over) == ([50, 51], [-0.2, -0.2], "length", True)
+    assert episode.reasoning_tokens == 5
+    # the real model writes no reasoning: a 1-token reasoning budget never fires
+    plain = runner.start("tool_use", bank_tasks[1], options=EpisodeOptions(max_reasoning_tokens=1))
+    runner.run_iteration([plain])
+    assert plain.finish_reason == "env_done" and plain.reasoning_tokens == 0
 
 
 @pytest.mark.slow

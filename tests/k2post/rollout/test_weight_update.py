@@ -243,6 +243,14 @@ def test_rope_patch_makes_cpu_kernel_match_reference_for_3d_heads():
     torch.testing.assert_close(got_q, expected_q)
     torch.testing.assert_close(got_k, expected_k)
     torch.testing.assert_close(wide[..., 64:], expected_q)  # written back in place into the view
+    # one decode token, q and k sliced from wider tensors: the flat views share their memory (no copy back)
+    wide_q, wide_k = torch.randn(1, 4, 128), torch.randn(1, 1, 192)
+    query, key = wide_q[..., 64:], wide_k[..., 128:]
+    expected_q, expected_k = rope.forward_native(torch.arange(1), query.clone(), key.clone())
+    got_q, got_k = rope.forward_cpu(torch.arange(1), query, key)
+    torch.testing.assert_close(got_q, expected_q)
+    torch.testing.assert_close(got_k, expected_k)
+    torch.testing.assert_close(wide_k[..., 128:], expected_k)
 
 
 @pytest.mark.slow

@@ -222,3 +222,42 @@ def test_held_out_split_is_a_hash_of_the_id(tmp_path, tool_rows, sft_tokenizer):
     assert forward.eval and forward.train
     assert {e.id for e in forward.eval} == {e.id for e in backward.eval}  # order of rows does not matter
     assert {e.id for e in forward.eval} == {r["id"] for r in tool_rows if is_eval_id(r["id"], 0.3, cfg.split_salt)}
+
+
+def _two_exchange_row(row_id: str) -> dict:
+    """user -> assistant (thinks, calls) -> tool -> assistant (thinks, answers) -> user -> assistant (thinks)."""
+    call = {"id": "functions.add:0", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    messages = [
+        {"role": "user", "content": "1+2?"},
+        {"role": "assistant", "content": "", "reasoning_content": "use add", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "functions.add:0", "content": "3"},
+        {"role": "assistant", "content": "3", "reasoning_content": "the tool said 3"},
+        {"role": "user", "content": "and doubled?"},
+        {"role": "assistant", "content": "6", "reasoning_content": "3*2 is 6"},
+    ]
+    return make_row(row_id, messages, [])
+
+
+@pytest.mark.parametrize(("history", "examples"), [("split", 2), ("last_exchange", 1)])
+def test_reasoning_history_splits_exchanges_so_every_reasoning_is_trained_once(
+    tmp_path, sft_tokenizer, history, examples
+):
+    cfg = SFTDataConfig(
+        path=str(write_dataset([_two_exchange_row("r")], tmp_path / "d")), eval_fraction=0.0, reasoning_history=history
+    )
+    data = load_sft_data(cfg, sft_tokenizer)
+    assert [e.id for e in data.train] == (["r#x0", "r"] if examples == 2 else ["r"])
+
+    def trained(example) -> str:
+        return sft_tokenizer.decode([t for t, m in zip(example.input_ids, example.loss_mask) if m])
+
+    everything = "".join(trained(e) for e in data.train)
+    for thought in ("3*2 is 6",) + (("use add", "the tool said 3") if history == "split" else ()):
+        assert everything.count(thought) == 1, thought  # trained exactly once
+    if history == "last_exchange":
+        assert "use add" not in everything  # hidden by the template, never trained
+    # the first exchange's example ends with its own answer, its reasoning visible in its context
+    if history == "split":
+        assert trained(data.train[0]).count("the tool said 3") == 1 and "and doubled" not in sft_tokenizer.decode(
+            list(data.train[0].input_ids)
+        )

@@ -210,3 +210,48 @@ def test_an_environment_listed_twice_needs_a_label_and_keeps_both_entries(tmp_pa
     ids = [r["id"] for r in _rows(tmp_path / "out" / "dataset")]
     assert stats["tasks"] == 20 and len(ids) == 20
     assert sum(i.startswith("math/") for i in ids) == 12 and sum(i.startswith("math_d2/") for i in ids) == 8
+
+
+def test_reasoning_trajectories_think_before_every_turn_and_train_in_sft(tmp_path, tiny_qwen2_dir):
+    from k2post.models.loading import load_tokenizer
+    from k2post.sft.config import SFTDataConfig
+    from k2post.sft.data import load_sft_data
+
+    run_synth(
+        _cfg(tmp_path / "out", domains=["calculator"], mistake_rate=0.0, heldout_tasks_per_domain=0, reasoning=True)
+    )
+    rows = _rows(tmp_path / "out" / "dataset")
+    assert rows
+    for row in rows:
+        messages = dialogue_from_openai(json.loads(row["messages"]))
+        for index, message in enumerate(m for m in messages if m.role == "assistant"):
+            assert message.reasoning, f"{row['id']}: assistant turn {index} has no reasoning"
+            for call in message.tool_calls:
+                assert call.name in message.reasoning  # it says what it calls ...
+        after_tool = [m for prev, m in zip(messages, messages[1:]) if prev.role == "tool" and m.role == "assistant"]
+        assert all("returned" in m.reasoning for m in after_tool)  # ... and reads what the tools said
+    tokenizer = load_tokenizer(tiny_qwen2_dir)
+    data = load_sft_data(SFTDataConfig(path=str(tmp_path / "out" / "dataset"), eval_fraction=0.0), tokenizer)
+    trained = tokenizer.decode([t for e in data.train for t, m in zip(e.input_ids, e.loss_mask) if m])
+    assert trained.count("Next I call") == sum(
+        1 for r in rows for m in json.loads(r["messages"]) if m["role"] == "assistant" and m.get("tool_calls")
+    )  # every turn's reasoning is trained (once)
+    off = run_synth(_cfg(tmp_path / "off", domains=["calculator"], mistake_rate=0.0, heldout_tasks_per_domain=0))
+    assert off["accepted"] == len(rows)
+    assert not any(
+        "reasoning_content" in m for r in _rows(tmp_path / "off" / "dataset") for m in json.loads(r["messages"])
+    )
+
+
+def test_llm_agent_keeps_the_models_reasoning_only_when_asked():
+    from k2post.chat.types import Message
+    from k2post.llm.client import ChatResult
+    from k2post.synth.roles import LLMAgent
+
+    class Thinking:  # the ToolLLMClient seam: a reply with reasoning
+        def chat_result(self, messages, tools=None, **kw):
+            return ChatResult(message=Message(role="assistant", content="4", reasoning="2+2 is 4"))
+
+    ask = [Message(role="user", content="2+2?")]
+    assert LLMAgent(Thinking(), keep_reasoning=True).next_turn(ask, []).reasoning == "2+2 is 4"
+    assert LLMAgent(Thinking()).next_turn(ask, []).reasoning is None

@@ -1,0 +1,73 @@
+"""The long-horizon ledger audit: 100+ calls per task, checkpoints decided along the way, hostile input."""
+
+from __future__ import annotations
+
+import pytest
+
+from k2post.chat.types import Message, ToolCall
+from k2post.envs.registry import make_environment
+
+
+def _turn(name: str, index: int, **arguments) -> Message:
+    return Message(
+        role="assistant", tool_calls=[ToolCall(id=f"functions.{name}:{index}", name=name, arguments=arguments)]
+    )
+
+
+def _play(env, task, turns) -> object:
+    state = env.reset(task)
+    for index, calls in enumerate(turns):
+        name, arguments = calls[0]
+        env.step(state, _turn(name, index, **arguments))
+    return state
+
+
+def test_reference_audit_takes_over_100_calls_and_scores_full():
+    env = make_environment("record_audit", {"n_records": 120})
+    task = next(env.tasks("train", seed=0))
+    turns = env.reference_turns(task)
+    broken = sum(r["total"] != r["price"] * r["qty"] for r in task.answer["records"])
+    assert broken == 24 and len(turns) == 120 + broken + 1
+    state = _play(env, task, turns)
+    assert state.cursor == 120 and not state.done
+    result = env.step(state, Message(role="assistant", content=f"Fixed {broken} records."))
+    assert result.done
+    reward = env.score_state(task, state)
+    assert reward.value == pytest.approx(1.0) and reward.info["calls"] == len(turns)
+    assert len([k for k in reward.breakdown if k.startswith("checkpoint_")]) == 5  # 120 / 25 blocks, rounded up
+
+
+def test_checkpoints_are_decided_along_the_way_not_revised_later():
+    env = make_environment("record_audit", {"n_records": 50, "checkpoint_every": 25})
+    task = next(env.tasks("dev", seed=1))
+    turns = env.reference_turns(task)
+    first_block_fixes = [t for t in turns if t[0][0] == "fix_total" and int(t[0][1]["id"][1:]) < 25]
+    skipped = [t for t in turns if t not in first_block_fixes]
+    state = _play(env, task, skipped)  # block 0's broken records left alone while walking past them ...
+    late = len(skipped)
+    for offset, turn in enumerate(first_block_fixes):  # ... then fixed at the end
+        env.step(state, _turn(turn[0][0], late + offset, **turn[0][1]))
+    env.step(state, Message(role="assistant", content="done"))
+    reward = env.score_state(task, state)
+    assert reward.breakdown["checkpoint_0"] == 0.0 and reward.breakdown["checkpoint_1"] == 1.0
+    assert reward.info["checkpoint_pass_rate"] == 0.5
+
+
+def test_bad_calls_are_errors_not_crashes_and_max_turns_ends_the_episode():
+    env = make_environment("record_audit", {"n_records": 5, "max_turns": 4})
+    task = next(env.tasks("test", seed=0))
+    state = env.reset(task)
+    out = env.step(state, _turn("fix_total", 0, id="r0003", total=1)).observations[0].content
+    assert out.startswith("Error: fix_total: no fetched record")
+    assert env.step(state, _turn("drop_table", 1)).observations[0].content.startswith("Error: unknown tool")
+    assert env.step(state, _turn("fix_total", 2, id=3)).observations[0].content.startswith("Error: fix_total:")
+    assert env.step(state, "<|tool_calls_section_begin|>garbage").done  # 4th turn: max_turns
+    assert env.score_state(task, state).value == 0.0
+
+
+def test_splits_differ_and_unknown_split_is_an_error():
+    env = make_environment("record_audit", {"n_records": 10})
+    ledgers = {split: next(env.tasks(split, seed=0)).answer["records"] for split in ("train", "dev", "test")}
+    assert ledgers["train"] != ledgers["dev"] != ledgers["test"]
+    with pytest.raises(ValueError, match="not supported"):
+        next(env.tasks("shifted"))
