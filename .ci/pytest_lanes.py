@@ -7,8 +7,9 @@ Most of the suite's wall time is single-core: process start-ups, imports, Ray an
 steps. One pytest process keeps one of the two cores of a CI box idle about half the time, so the suite
 runs as two lanes that split the test files between them (no test runs twice, none is left out):
 
-- `e2e`: the end-to-end tests (tests/pipelines, tests/benchmarks): child processes with long deadlines,
-  run at a lower CPU priority (`nice`) so the unit lane's bounded-time checks keep their core;
+- `e2e`: the end-to-end tests (tests/pipelines, tests/benchmarks) and the 200-call long-episode test (its own
+  model and engine; no sandbox, no wall-clock bound): child processes with long deadlines, run at a lower CPU
+  priority (`nice`) so the unit lane's bounded-time checks keep their core;
 - `units`: everything else, including every sandbox test (they count the sandbox uids' processes, so no
   other lane may run sandboxed code) and every test with a wall-clock bound.
 
