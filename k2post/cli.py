@@ -27,7 +27,7 @@ class Command(NamedTuple):
 
 
 COMMANDS: dict[str, Command] = {
-    "model": Command("model", "build and inspect models: `model init --flavor F --out DIR`, `model flavors`"),
+    "model": Command("model", "build and inspect models: `model init --flavor F --out DIR`, `flavors`, `stats`"),
     "config": Command("config", "`config show CONFIG [overrides]`: the validated config with every default"),
     "demo": Command("demo", "engine smoke check: tiny model chatting through vLLM, checked against transformers"),
     "envs": Command("envs", "`envs list`, `envs test [NAME ...]`: environments and their golden reward tests"),

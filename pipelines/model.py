@@ -4,13 +4,16 @@
     k2post model flavors
     k2post model prepare path/to/hf_model --out artifacts/models/mine [--overwrite]   # bring your own model
     k2post model export runs/rl/final --int4 out/int4 [--group-size 32] [--modules '*.mlp.experts']
+    k2post model stats MODEL_DIR | CONFIG_JSON | --preset kimi-k2 [--context 4096] [--kv-dtype bf16] [--json]
     python -m k2post_pipelines.model flavors               # the same without the console script
 
 `prepare` adds K2's special tokens and chat template to any HF causal-LM dir, resizes its embeddings (new
 rows: the mean of the old) and prints what it changed (k2post/models/prepare.py). `export --int4` writes the
 compressed-tensors pack-quantized INT4 checkpoint K2 Thinking ships (k2post/quant/export.py, docs/QAT.md).
-Exit status 2 (one line `k2post model: error: ...`) for an unknown flavor, a dir that is not an HF model, or
-an existing output dir.
+`stats` counts total / active params, FLOPs and KV-cache bytes per token of a model built on the meta device
+(k2post/models/stats.py, docs/MODELS.md "Model stats").
+Exit status 2 (one line `k2post model: error: ...`) for an unknown flavor or preset, a dir that is not an HF
+model, a config of an unknown architecture, or an existing output dir.
 """
 
 from __future__ import annotations
@@ -58,6 +61,26 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stats(args: argparse.Namespace) -> int:
+    import json
+
+    from k2post.models import stats
+
+    if (args.source is None) == (args.preset is None):
+        raise ValueError("give one of MODEL_DIR, CONFIG_JSON or --preset NAME")
+    if args.preset is not None and args.preset not in stats.known_presets():  # before torch is imported
+        raise KeyError(f"unknown preset {args.preset!r}; known presets: {', '.join(stats.known_presets())}")
+    if args.kv_dtype not in stats.KV_DTYPE_BYTES:
+        raise ValueError(f"--kv-dtype {args.kv_dtype!r}: one of {', '.join(stats.KV_DTYPE_BYTES)}")
+    if args.context <= 0:
+        raise ValueError(f"--context must be positive, got {args.context}")
+    config = stats.preset_config(args.preset) if args.preset else stats.load_config(args.source)
+    result = stats.model_stats(config, context=args.context, kv_dtype=args.kv_dtype)
+    name = args.preset or args.source
+    print(json.dumps({"model": name, **result}) if args.json else stats.render(result, name), end="\n" * args.json)
+    return 0
+
+
 def _flavors(args: argparse.Namespace) -> int:
     from k2post.models.flavors import FLAVORS
 
@@ -91,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     export.set_defaults(func=_export)
+    stats = sub.add_parser("stats", help="total / active params, FLOPs and KV-cache bytes per token (meta device)")
+    stats.add_argument("source", nargs="?", metavar="MODEL_DIR|CONFIG_JSON", help="an HF model dir or a config.json")
+    stats.add_argument("--preset", metavar="NAME", help="kimi-k2, deepseek-v3 or a flavor (see `model flavors`)")
+    stats.add_argument("--context", type=int, default=4096, help="context length of the attention FLOPs (4096)")
+    stats.add_argument("--kv-dtype", default="bf16", help="KV-cache dtype: bf16 (default), fp16, fp32, fp8")
+    stats.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    stats.set_defaults(func=_stats)
     return parser
 
 

@@ -43,6 +43,13 @@ class OptimConfig(K2Config):
         "CPU (bf16 GEMMs are ~20x slower than fp32 on CPUs without native bf16).",
     )
     ns_eps: float = Field(1e-7, gt=0, description="eps in X0 = M / (||M||_F + eps).")
+    ns_batch_numel: int = Field(
+        1 << 26,
+        ge=1,
+        description="Most elements of same-shaped matrices orthogonalized in one batched Newton-Schulz call (a larger "
+        "matrix is a batch of its own). The step's peak memory grows with it (~5x its bytes in the NS dtype); lower "
+        "it when the optimizer step, not the forward, sets a rank's peak (docs/SCALING.md).",
+    )
     rms_scale: float = Field(
         0.2, gt=0, description="Update RMS matching: O = NS(M) * rms_scale * sqrt(max(n, m)) (0.2 matches AdamW's RMS)."
     )

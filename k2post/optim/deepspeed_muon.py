@@ -234,7 +234,7 @@ class ZeroMuonClip(torch.optim.Optimizer):
         parts = self.gather(direction.to(dtype), bound)  # R x [P], NS dtype
         rank, lr, wd = bound.layout.rank, float(group["lr"]), group["weight_decay"]
         slots = [(slot, row_splits(slot.name, tuple(slot.shape), self.cfg)) for slot in bound.layout.local_slots()]
-        for batch in _shape_batches(slots):
+        for batch in _shape_batches(slots, self.cfg.ns_batch_numel):
             fulls = [matrix_view(assemble_full(slot, parts), k) for slot, k in batch]  # [B, n, m] NS dtype each
             orthos = orthogonalize_many(fulls, group["ns_steps"], group["ns_eps"], dtype)
             for (slot, _), ortho, full in zip(batch, orthos, fulls):

@@ -184,9 +184,9 @@ def adamw_step_(param: Tensor, grad: Tensor, state: dict, group: Mapping[str, An
     param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-def _batches(params: list[tuple[Tensor, int]]) -> Iterable[list[tuple[Tensor, int]]]:
+def _batches(params: list[tuple[Tensor, int]], max_numel: int = MAX_BATCH_NUMEL) -> Iterable[list[tuple[Tensor, int]]]:
     """(param, row splits) pairs split into batches of the same matrix shape [n, m] (after splitting
-    fused rows), dtype and device, each of at most MAX_BATCH_NUMEL elements (a larger param is a batch
+    fused rows), dtype and device, each of at most `max_numel` elements (a larger param is a batch
     of its own)."""
     buckets: dict[tuple, list[tuple[Tensor, int]]] = defaultdict(list)
     for param, splits in params:
@@ -196,7 +196,7 @@ def _batches(params: list[tuple[Tensor, int]]) -> Iterable[list[tuple[Tensor, in
         batch: list[tuple[Tensor, int]] = []
         numel = 0
         for param, splits in bucket:
-            if batch and numel + param.numel() > MAX_BATCH_NUMEL:
+            if batch and numel + param.numel() > max_numel:
                 yield batch
                 batch, numel = [], 0
             batch.append((param, splits))
@@ -289,7 +289,7 @@ class MuonClip(torch.optim.Optimizer):
             for name, p in zip(names, group["params"])
             if p.grad is not None
         ]
-        for batch in _batches(params):
+        for batch in _batches(params, self.cfg.ns_batch_numel):
             dtype = ns_compute_dtype(group.get("ns_dtype", "auto"), batch[0][0].device)
             directions = [
                 matrix_view(

@@ -52,6 +52,19 @@ def _dead_errors() -> tuple[type[BaseException], ...]:
     return (ray.exceptions.RayActorError,)
 
 
+def _driver_sees_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def bundle_resources(ray_cfg: Any, cuda: bool) -> dict[str, float]:
+    """One placement bundle (a trainer rank + its rollout actor): `ray.cpus_per_bundle` CPUs and
+    `ray.gpus_per_bundle` GPUs (null: 1 with CUDA, else none)."""
+    gpus = ray_cfg.gpus_per_bundle if ray_cfg.gpus_per_bundle is not None else (1.0 if cuda else 0.0)
+    return {"CPU": ray_cfg.cpus_per_bundle, **({"GPU": gpus} if gpus else {})}
+
+
 class RayCluster:
     """Ray itself (joined or embedded) and the placement group: one bundle per trainer rank."""
 
@@ -99,7 +112,7 @@ class RayCluster:
         import ray
         from ray.util.placement_group import placement_group
 
-        bundles = [{"CPU": self.cfg.ray.cpus_per_bundle}] * self.cfg.trainer.world_size
+        bundles = [bundle_resources(self.cfg.ray, _driver_sees_cuda())] * self.cfg.trainer.world_size
         self.placement = placement_group(bundles, strategy="PACK")
         ray.get(self.placement.ready(), timeout=120)
 
@@ -108,7 +121,10 @@ class RayCluster:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         strategy = PlacementGroupSchedulingStrategy(placement_group=self.placement, placement_group_bundle_index=bundle)
-        options = {"num_cpus": self.cfg.ray.cpus_per_bundle / 2, "scheduling_strategy": strategy}
+        halves = {
+            key.lower(): amount / 2 for key, amount in bundle_resources(self.cfg.ray, _driver_sees_cuda()).items()
+        }
+        options = {"num_cpus": halves["cpu"], "num_gpus": halves.get("gpu", 0), "scheduling_strategy": strategy}
         plugins = os.environ.get(PLUGINS_ENV_VAR)
         if plugins:  # `module:Class` envs of the mix: every actor loads them too (merged into the job's runtime_env)
             options["runtime_env"] = {"env_vars": {PLUGINS_ENV_VAR: plugins}}
@@ -177,8 +193,6 @@ class TrainerGroup:
         engines tag what they generate from now on with `version` (the trainer's optimizer step)."""
         import ray
 
-        from k2post.rollout.weight_update import compare_digests
-
         verify = verify_this_push(self.pushes, self.cfg.trainer.verify_push_every)
         self.pushes += 1
         started = time.perf_counter()
@@ -190,9 +204,7 @@ class TrainerGroup:
         stats = ray.get(pushes)
         row = {"time/push_s": time.perf_counter() - started, "push/mb": stats[0]["nbytes"] / 2**20}
         if verify:
-            for replica, result in enumerate(received):
-                compare_digests(stats[replica]["digests"], result["digests"])
-            row.update({"push/verified": 1.0, "time/push_digest_s": stats[0]["digest_s"]})
+            row.update({**verify_pushes(stats, received), "time/push_digest_s": stats[0]["digest_s"]})
         return row
 
     def save(self, directory: str) -> None:
@@ -206,6 +218,23 @@ class TrainerGroup:
 
     def kill(self) -> None:
         _kill(self.actors)
+
+
+def verify_pushes(stats: list[dict[str, Any]], received: list[dict[str, Any]]) -> dict[str, float]:
+    """A verified push: each replica's loaded digests must equal its rank's (`compare_digests`); with LoRA, no
+    adapted weight may be the frozen base's (`check_adapter_arrived`). PushVerificationError otherwise."""
+    from k2post.rollout.weight_update import PushVerificationError, compare_digests
+    from k2post.train.lora import check_adapter_arrived
+
+    row = {"push/verified": 1.0}
+    for replica, result in enumerate(received):
+        compare_digests(stats[replica]["digests"], result["digests"])
+        if stats[replica].get("lora_adapter") and not result.get("lora_modules"):
+            raise PushVerificationError("the engine registered no LoRA adapter from the adapter push")
+        if "lora_base_digests" in stats[replica]:
+            check_adapter_arrived(stats[replica]["lora_base_digests"], result["digests"])
+            row["push/lora_adapted"] = float(len(stats[replica]["lora_base_digests"]))
+    return row
 
 
 class RolloutGroup:
@@ -319,9 +348,16 @@ class RolloutGroup:
     def receive_refs(
         self, addresses: Sequence[str | None], timeout_s: float, verify_push: bool = False, version: int | None = None
     ) -> list[Any]:
-        """Start each replica receiving from its rank's sender (refs to wait on with the pushes)."""
+        """Start each replica receiving from its rank's sender (refs to wait on with the pushes); with
+        `lora.push: adapter` the pushes are LoRA adapters."""
+        adapter = None
+        if self.cfg.lora.enabled and self.cfg.lora.push == "adapter":
+            from k2post.rollout.lora_adapter import adapter_spec
+
+            lora = self.cfg.lora
+            adapter = adapter_spec(lora.rank, lora.alpha, lora.target_modules)
         return [
-            a.receive_weights.remote(addresses[r], timeout_s, verify_push=verify_push, version=version)
+            a.receive_weights.remote(addresses[r], timeout_s, verify_push=verify_push, version=version, adapter=adapter)
             for r, a in enumerate(self.actors)
         ]
 

@@ -12,7 +12,8 @@ Per iteration (`RLRun.iteration`, docs/RL.md):
   4. complete groups of K -> shaped rewards (budget penalty, length reward) -> advantages;
   5. engines sleep; trainer ranks compute pi_old log-probs and take MuonClip steps on K1.5 + PTX;
   6. engines wake; every trainer rank pushes the weights to its replica (checkpoint engine);
-  7. metrics (time and memory per phase), held-out eval, checkpoint (`ControllerState.save`).
+  7. metrics (time and memory per phase, tokens/s and MFU: `perf/*`), held-out eval, checkpoint
+     (`ControllerState.save`).
 A dead replica is restarted (`RolloutGroup.restart`), its open groups dropped and the weights re-pushed (`recover`).
 
 The actors sit behind `k2post/rl/actors.py` (the only Ray code); tests/k2post/rl/test_controller.py runs this
@@ -39,12 +40,24 @@ from k2post.rl.config import ISCorrectionConfig
 from k2post.rl.consistency import consistency_metrics, is_weights, weighted_sum
 from k2post.rl.critic_loop import group_of, judge_calls, judged_rewards
 from k2post.rl.diagnostics import agentic_metrics, group_diagnostics, group_has_signal
-from k2post.rl.metrics import RunLog, dump_json, ledger_digest, read_metrics, summary_of, write_plots
+from k2post.rl.metrics import (
+    PerfModel,
+    RunLog,
+    dump_json,
+    ledger_digest,
+    perf_model,
+    read_metrics,
+    rollout_perf,
+    summary_of,
+    train_perf,
+    write_plots,
+)
 from k2post.rl.prompts import PromptPools
 from k2post.rl.run_config import RLConfig
 from k2post.rl.schedules import temperature_for
 from k2post.rl.state import ControllerState, latest_checkpoint, publish_final
 from k2post.rollout.agentic import EpisodeOptions, episode_context_stats, episode_tool_stats
+from k2post.train.metrics import perf_text
 
 log = logging.getLogger(__name__)
 __all__ = ["ControllerState", "PhaseTimer", "RLRun", "RLRunDirError"]  # ControllerState: old pickles name it here
@@ -133,10 +146,13 @@ def ledger_row(ledger: dict[str, list[str]]) -> dict[str, Any]:
 def progress_line(row: dict[str, Any], done: int, end: int, seconds_per_it: float) -> str:
     """One line per logged iteration when no progress bar is shown (logs, `ray job` output)."""
     evals = f" eval {row['eval/mean_accuracy']:.3f}" if "eval/mean_accuracy" in row else ""
+    train = perf_text(row, "perf/train_tokens_per_s")
+    rollout = perf_text({"perf/tokens_per_s": row.get("perf/rollout_tokens_per_s")})
     return (
         f"rl: iteration {done}/{end} reward {row.get('reward/mean', float('nan')):.3f} "
-        f"steps {row.get('train/step_total', 0)}"
-        f"{evals} ({seconds_per_it:.1f} s/it, eta {seconds_per_it * (end - done) / 60:.1f} min)"
+        f"steps {row.get('train/step_total', 0)}{evals}"
+        f"{f' | train {train}' if train else ''}{f' | rollout {rollout}' if rollout else ''}"
+        f" ({seconds_per_it:.1f} s/it, eta {seconds_per_it * (end - done) / 60:.1f} min)"
     )
 
 
@@ -212,6 +228,7 @@ class RLRun:
         self.prompts: PromptPools | None = None
         self.trainers = self.rollouts = self.reward_pool = self.log = None
         self.ledger: dict[str, list[str]] = {}  # this iteration's ids: prompts drawn, episodes finished, groups trained
+        self.perf: PerfModel | None = None  # FLOPs per token and peak FLOP/s of `perf/mfu` (None: no MFU)
 
     # ------------------------------------------------------------------ setup
 
@@ -238,12 +255,28 @@ class RLRun:
         model_dir = checkpoint or ensure_model(self.cfg.model)
         self.reward_pool = RewardPool(num_workers=self.cfg.reward.workers, timeout_s=self.cfg.reward.timeout_s)
         self.trainers, self.rollouts = self.cluster.start(str(model_dir))
+        self.perf = self.perf_model(model_dir)
         self.log = RunLog(self.run_dir)
         if checkpoint is not None:
             self.resume_from(checkpoint)
         else:
             self.log.truncate_after(-1)
         self.trainers.offload(True)  # the engines generate first
+
+    def perf_model(self, model_dir: Path) -> PerfModel | None:
+        """The trained model's FLOPs per token (meta-device build of its config) and the trainer device's peak
+        FLOP/s (the controller's CUDA device when it sees one, else a CPU matmul measured here); None (no
+        `perf/mfu`) when the model dir's config cannot be built."""
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            perf = perf_model(str(model_dir), self.cfg.model.dtype, device)
+        except (ValueError, KeyError, OSError) as err:
+            log.warning("no perf/mfu: %s", err)
+            return None
+        log.info("perf/mfu against %.3g TFLOP/s per trainer rank (%s)", perf.peak_flops / 1e12, perf.peak_source)
+        return perf
 
     # ------------------------------------------------------------------ 1-2: prompts and rollouts
 
@@ -393,7 +426,10 @@ class RLRun:
                 results = self.trainers.train_step(micro, old_micro, self.state.step)
             self.state.step += 1
             shaped_mean = sum(map(sum, shaped)) / sum(map(len, shaped))
-            rows.append({**results[0], **checks, **signal, "train/shaped_reward_mean": shaped_mean})
+            lengths = [len(row.token_ids) for shard in shards for row in shard]
+            step_s, world = results[0].get("time/trainer_step_s"), self.cfg.trainer.world_size
+            perf = train_perf(self.perf, lengths, step_s, world)
+            rows.append({**results[0], **checks, **signal, **perf, "train/shaped_reward_mean": shaped_mean})
         with timer("wake"):
             self.rollouts.sleep(False)
         return rows
@@ -493,6 +529,7 @@ class RLRun:
             self.speak_up(samples, iteration)
             row["rollout/groups_completed"] = self.file_samples(samples)
         row.update(critic_metrics | self.prompts.metrics() | self.rollout_metrics(samples))
+        row.update(rollout_perf(episodes, timer.seconds["rollout"]))
         if self.cfg.loss.drop_uniform_groups:
             row.update(self._drop_uniform(iteration))
         row.update(self.train_and_push(iteration, timer))

@@ -9,7 +9,13 @@ rate, max attention logit, weight-sync time, time per phase; with the critic in 
 agreement with the verifier (critic_calibration: held-out and on-policy) and how it judges
 (unparseable, tie, position-A and order-disagreement rates); diagnostics.png, why RL is flat:
 fraction of groups with nonzero advantage, reward std per group, policy entropy, |log pi - log pi_old|,
-grad norm and Muon update RMS (a panel per metric logged).
+grad norm and Muon update RMS (a panel per metric logged); throughput.png: train and rollout tokens/s, MFU.
+
+`perf/*` (per iteration): `perf/train_tokens_per_s`, the tokens of a step's sequences (all ranks) over rank 0's
+`time/trainer_step_s`; `perf/mfu`, those tokens' training FLOPs (k2post/train/mfu.py: 3 x forward, attention at
+each sequence's causal length) over the peak FLOP/s x trainer ranks — both the mean over the iteration's steps;
+`perf/rollout_tokens_per_s`, model-written tokens of the episodes that finished this iteration over
+`time/rollout_s` (with partial rollout an episode's earlier iterations' tokens count when it finishes).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import json
 import math
 from pathlib import Path
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from k2post.train.metrics import MetricsLog
@@ -57,7 +64,52 @@ PANELS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         ("grad norm (L2, before the step)", ("train/grad_norm",)),
         ("Muon update RMS", ("train/muon_update_rms",)),
     ),
+    "throughput": (
+        ("tokens/s", ("perf/train_tokens_per_s", "perf/rollout_tokens_per_s")),
+        ("MFU (train step)", ("perf/mfu",)),
+    ),
 }
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    """What `perf/mfu` needs: the trained model's config and forward matmul FLOPs per token, one rank's peak."""
+
+    config: Any
+    matrix_flops: int
+    peak_flops: float
+    peak_source: str
+
+
+def perf_model(model_dir: str, dtype: str, device: str) -> PerfModel:
+    """The `PerfModel` of the HF model in `model_dir` (built on the meta device) on a trainer `device`."""
+    from k2post.models.stats import load_config, matrix_flops_per_token, meta_model
+    from k2post.train.mfu import peak_flops
+
+    config = load_config(model_dir)
+    peak, source = peak_flops(device, dtype)
+    return PerfModel(config, matrix_flops_per_token(meta_model(config)), peak, source)
+
+
+def train_perf(perf: PerfModel | None, lengths: list[int], seconds: float | None, world_size: int) -> dict[str, float]:
+    """`perf/train_tokens_per_s` and (with a `perf` model) `perf/mfu` of one optimizer step over sequences of
+    these lengths taking `seconds`; {} without a step time."""
+    from k2post.train.mfu import causal_context, mfu, train_flops
+
+    if not seconds or not lengths:
+        return {}
+    tokens_per_s = sum(lengths) / seconds
+    out = {"perf/train_tokens_per_s": tokens_per_s}
+    if perf is not None:
+        per_token = train_flops(perf.config, perf.matrix_flops, causal_context(lengths))
+        out["perf/mfu"] = mfu(tokens_per_s, per_token, perf.peak_flops * world_size)
+    return out
+
+
+def rollout_perf(episodes: list[Any], seconds: float) -> dict[str, float]:
+    """`perf/rollout_tokens_per_s`: model-written tokens of the finished `episodes` over the rollout `seconds`."""
+    tokens = sum(int(getattr(episode, "generated_tokens", 0)) for episode in episodes)
+    return {"perf/rollout_tokens_per_s": tokens / seconds} if seconds > 0 else {}
 
 
 def ledger_digest(keys: Iterable[str]) -> str:

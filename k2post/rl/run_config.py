@@ -28,6 +28,7 @@ from k2post.rl.config import (
 )
 from k2post.rollout.config import AgenticRolloutConfig, VLLMEngineConfig
 from k2post.train.config import MOVED_TRAIN_KEYS, CheckpointConfig, LRScheduleConfig
+from k2post.train.lora_config import LoRAConfig
 
 
 class RLRolloutConfig(K2Config):
@@ -98,14 +99,52 @@ class RLLossConfig(K2Config):
         return self
 
 
+class Zero3Config(K2Config):
+    """How much of the model a ZeRO-3 rank gathers at once (DeepSpeed's stage3_* settings; docs/SCALING.md)."""
+
+    prefetch_bucket_numel: int = Field(
+        50_000_000,
+        ge=0,
+        description="Elements of upcoming layers' parameters gathered ahead of use (DeepSpeed "
+        "stage3_prefetch_bucket_size). Lower: less memory, less overlap of gathers with compute.",
+    )
+    max_live_numel: int = Field(
+        1_000_000_000,
+        ge=1,
+        description="Most gathered parameter elements alive at once before released (stage3_max_live_parameters).",
+    )
+    persistence_threshold_numel: int = Field(
+        100_000,
+        ge=0,
+        description="Parameters with fewer elements stay whole on every rank, never partitioned "
+        "(stage3_param_persistence_threshold): norms and biases, where a gather costs more than it saves.",
+    )
+    max_reuse_distance: int = Field(
+        1_000_000_000,
+        ge=0,
+        description="A gathered parameter used again within this many elements of other parameters is kept "
+        "(stage3_max_reuse_distance); 0 releases each one after its layer.",
+    )
+    reduce_bucket_numel: int = Field(
+        500_000_000,
+        ge=1,
+        description="Gradient elements reduce-scattered per bucket (reduce_bucket_size). ZeRO-3 keeps a buffer of "
+        "this many elements and fills up to the model's size of it during backward: lower it when the model is "
+        "large next to a rank's memory.",
+    )
+
+
 class RLTrainerConfig(K2Config):
     """The trainer ranks: Ray actors running DeepSpeed with ZeroMuonClip."""
 
     world_size: int = Field(1, ge=1, description="Trainer ranks (data parallel; ZeRO shards over them).")
-    zero_stage: Literal[0, 1, 2] = Field(
+    zero_stage: Literal[0, 1, 2, 3] = Field(
         1,
-        description="ZeRO stage of the trainer (3 is refused: its gathered push path is not wired into the RL loop "
-        "yet).",
+        description="ZeRO stage of the trainer: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded "
+        "over the ranks (the weight push then gathers one parameter at a time, bucket by bucket: docs/SCALING.md).",
+    )
+    zero3: Zero3Config = Field(
+        default_factory=Zero3Config, description="ZeRO-3 gather limits (used when zero_stage is 3)."
     )
     dist_backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto", description="torch.distributed backend; auto: nccl with CUDA, else gloo."
@@ -164,6 +203,12 @@ class RLRayConfig(K2Config):
     )
     cpus_per_bundle: float = Field(
         1.0, gt=0, description="CPUs of each placement-group bundle (one trainer rank + its rollout actor)."
+    )
+    gpus_per_bundle: float | None = Field(
+        None,
+        ge=0,
+        description="GPUs of each bundle, shared by its trainer rank and rollout actor (each asks for half: Ray "
+        "shows an actor only the GPUs it asked for). null: 1 when the driver sees CUDA, else 0.",
     )
     actor_restarts: int = Field(
         2, ge=0, description="Times a dead rollout actor is restarted and re-synced before the run fails."
@@ -273,6 +318,11 @@ class RLConfig(K2Config):
         description="INT4 weight-only QAT (K2 Thinking): the trainer's forward uses the INT4 round trip of the target "
         "weights and the engines are pushed exactly those values (docs/QAT.md).",
     )
+    lora: LoRAConfig = Field(
+        default_factory=LoRAConfig,
+        description="LoRA adapters (peft) instead of full-weight training; the engines get the merged weights "
+        "(docs/RL.md, 'LoRA').",
+    )
     routing_replay: bool = Field(
         False,
         description="MoE models: the engines record each token's experts and the trainer's pi_old and loss forwards "
@@ -283,6 +333,9 @@ class RLConfig(K2Config):
     def _replay_records(self) -> "RLConfig":
         if self.routing_replay and not self.rollout.engine.record_routing:
             self.rollout.engine.record_routing = True  # replay needs what the engines record
+        engine = self.rollout.engine
+        if self.lora.enabled and self.lora.push == "adapter" and (engine.lora_max_rank or 0) < self.lora.rank:
+            engine.lora_max_rank = self.lora.rank  # adapter pushes need engines built with LoRA support
         return self
 
     @model_validator(mode="after")
@@ -323,7 +376,27 @@ class RLConfig(K2Config):
                 f"({self.rollout.agentic.max_episode_tokens}): raise max_episode_tokens or lower the budget"
             )
         self._check_context()
+        self._check_lora()
         return self
+
+    def _check_lora(self) -> None:
+        """LoRA trains adapters on a frozen, replicated base: the parts that would change the base are refused."""
+        if not self.lora.enabled:
+            return
+        clash = {
+            "qat.enabled": self.qat.enabled,  # the engines would need the INT4 round trip of base + adapter
+            "optim.qk_clip.enabled": self.optim.qk_clip.enabled,  # QK-Clip rescales W_q / W_k: frozen under LoRA
+            "trainer.zero_stage 3": self.trainer.zero_stage == 3,  # merged pushes need the whole base on each rank
+        }
+        on = [name for name, value in clash.items() if value]
+        if on:
+            raise ValueError(
+                f"lora.enabled with {', '.join(on)}: LoRA freezes and replicates the base weights, which these "
+                "change or shard; turn them off (qat.enabled: false, optim.qk_clip.enabled: false, zero_stage <= 2)"
+            )
+        forced = [p for p in self.optim.muon_patterns if "lora" in p]
+        if forced:
+            raise ValueError(f"optim.muon_patterns {forced} would send LoRA adapters to Muon: they train with AdamW")
 
     def _check_context(self) -> None:
         """Context elision must start before the engine's context runs out."""

@@ -10,7 +10,8 @@ at once. Per iteration:
     worker.push_weights()                             # checkpoint engine -> this rank's rollout actor
 
 Rank r's `WeightSender` serves rollout replica r (every rank holds every bucket after the
-broadcast); ZeRO 0-2 keep full module params on each rank, which are registered live.
+broadcast); ZeRO 0-2 keep full module params on each rank, which are registered live; under ZeRO-3 each served
+tensor is gathered collectively, one parameter at a time, as the push reaches it (`k2post.rl.served_weights`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from k2post.train.memory import peak_rss_mib, rss_mib
-from k2post.rl.batch import TrainSequence, main_rows, micro_loss_scale, pad_rows
+from k2post.rl.batch import TrainSequence, main_rows, micro_batches, micro_loss_scale, pad_rows
 from k2post.optim.qk_clip import recording_real_tokens
 from k2post.rl.losses import (
     k15_residuals,
@@ -87,13 +88,22 @@ def _restore_env(before: dict[str, str | None]) -> None:
 
 def deepspeed_config(cfg: RLConfig) -> dict[str, Any]:
     """DeepSpeed config of the trainer: fixed forwards per step, no clipping, the configured ZeRO stage."""
-    gas = cfg.gradient_accumulation_steps()
+    gas, zero = cfg.gradient_accumulation_steps(), {"stage": cfg.trainer.zero_stage}
+    if cfg.trainer.zero_stage == 3:
+        limits = cfg.trainer.zero3
+        zero.update({
+            "stage3_prefetch_bucket_size": limits.prefetch_bucket_numel,
+            "stage3_max_live_parameters": limits.max_live_numel,
+            "stage3_param_persistence_threshold": limits.persistence_threshold_numel,
+            "stage3_max_reuse_distance": limits.max_reuse_distance,
+            "reduce_bucket_size": limits.reduce_bucket_numel,
+        })  # fmt: skip
     return {
         "train_micro_batch_size_per_gpu": cfg.loss.micro_batch_size,
         "gradient_accumulation_steps": gas,
         "train_batch_size": cfg.loss.micro_batch_size * gas * cfg.trainer.world_size,
         "gradient_clipping": 0.0,
-        "zero_optimization": {"stage": cfg.trainer.zero_stage},
+        "zero_optimization": zero,
         "steps_per_print": 10**9,
     }
 
@@ -110,6 +120,7 @@ class RLTrainerWorker:
         self._init_engine()
         self.ptx_rows = self._load_ptx()
         self.sender = None
+        self._sources: list[Any] = []  # ZeRO-3: the served tensors' collective materializers
         self.offloaded = False
 
     # ------------------------------------------------------------------ setup
@@ -124,9 +135,17 @@ class RLTrainerWorker:
         self.dist = init_distributed(self.cfg.trainer.dist_backend)
         self.tokenizer = load_tokenizer(self.model_dir)
         model = load_causal_lm(self.model_dir, "float32").train()
-        install_qat(model, self.cfg.qat)  # INT4 fake quant of the target weights in every forward (off by default)
+        qat = install_qat(
+            model, self.cfg.qat
+        )  # INT4 fake quant of the target weights in every forward (off by default)
+        self.qat_names = {f"{module}.{param}" for module, params in qat.items() for param in params}
+        optim = self.cfg.optim
+        if self.cfg.lora.enabled:  # frozen base + adapters, which AdamW updates (k2post.train.lora says why)
+            from k2post.train.lora import apply_lora, lora_optim
+
+            model, optim = apply_lora(model, self.cfg.lora), lora_optim(optim)
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-        self.engine, self.optimizer = deepspeed_initialize(model, self.cfg.optim, deepspeed_config(self.cfg))
+        self.engine, self.optimizer = deepspeed_initialize(model, optim, deepspeed_config(self.cfg))
         self.recorder = MaxLogitRecorder().attach(self.engine.module) if self.cfg.optim.qk_clip.enabled else None
         self.pad_id = int(
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -165,25 +184,42 @@ class RLTrainerWorker:
         )
         serve = self.rank < self.cfg.rollout.replicas  # rank r feeds replica r; the others only broadcast
         sender = WeightSender(config, rank=self.rank, world_size=self.world_size, serve=serve)
-        for name, tensor in self._served_tensors():  # HF checkpoint names: what vLLM loads
+        if self.cfg.trainer.zero_stage == 3:
+            self._register_zero3(sender)
+            return sender
+        if self.cfg.lora.enabled and self.cfg.lora.push == "adapter":  # only A and B of every target
+            from k2post.train.lora import adapter_state
+
+            self._served = sorted(adapter_state(self.engine.module).items())
+            for name, tensor in self._served:
+                sender.register(name, tensor, owner=0)
+            return sender
+        from k2post.rl.served_weights import served_tensors
+
+        self._served = served_tensors(self.engine.module, self.cfg.qat, self.cfg.lora.enabled)  # for the digests
+        for name, tensor in self._served:  # HF checkpoint names: what vLLM loads
             sender.register(name, tensor, owner=0)
         return sender
 
-    def _served_tensors(self) -> list[tuple[str, torch.Tensor]]:
-        """What the engines get: the weights under HF checkpoint names, QAT targets as their INT4 round trip (the
-        values the trainer's forward used); kept for this push's digests."""
-        from k2post.quant.qat import quantized_weights
-        from k2post.rollout.weight_update import checkpoint_named_tensors
+    def _register_zero3(self, sender: Any) -> None:
+        """ZeRO-3: one collective materializer per served tensor (gathered bucket by bucket during the push,
+        `k2post.rl.served_weights`); the unpartitioned buffers are registered as they are."""
+        from k2post.rl.served_weights import zero3_sources
 
-        self._served = checkpoint_named_tensors(
-            self.engine.module, replace=quantized_weights(self.engine.module, self.cfg.qat)
-        )
-        return self._served
+        self._sources, self._served = zero3_sources(self.engine.module, self.qat_names, self.cfg.qat.group_size)
+        for source in self._sources:
+            sender.register(source.name, source.materialize, shape=source.shape, dtype=source.dtype, collective=True)
+        for name, tensor in self._served:
+            sender.register(name, tensor, owner=0)
 
     def ready(self) -> dict[str, Any]:
         """Facts for the controller: sender address, param count, pid, memory."""
-        n_params = sum(p.numel() for p in self.engine.module.parameters())
-        return {"rank": self.rank, "params": n_params, "pid": os.getpid(), "rss_mib": rss_mib()}
+        from k2post.rl.served_weights import full_numel
+
+        params = list(self.engine.module.parameters())
+        n_params, trainable = sum(map(full_numel, params)), sum(full_numel(p) for p in params if p.requires_grad)
+        return {"rank": self.rank, "params": n_params, "trainable_params": trainable, "pid": os.getpid(),
+                "rss_mib": rss_mib()}  # fmt: skip
 
     # ------------------------------------------------------------------ forward passes
 
@@ -228,11 +264,10 @@ class RLTrainerWorker:
         often this forward's expert choice differed from the engine's (`RoutingStats` fields)."""
         tokens: list[list[float]] = []
         routing = RoutingStats()
-        size = self.cfg.loss.micro_batch_size
         recording = self.recorder.paused() if self.recorder is not None else contextlib.nullcontext()
-        with recording:
-            for start in range(0, len(rows), size):
-                logits, input_ids, mask = self._forward(rows[start : start + size], routing)
+        with recording:  # micro-batches of episodes: the same number of forwards on every rank (ZeRO-3 gathers)
+            for batch in micro_batches(rows, self.cfg.loss.micro_batch_size):
+                logits, input_ids, mask = self._forward(batch, routing)
                 tokens.extend(masked_token_lists(tail_logprobs(logits, input_ids), mask))
         return {"token_logprobs": tokens, "routing": vars(routing)}
 
@@ -395,11 +430,20 @@ class RLTrainerWorker:
         from k2post.rollout.weight_update import tensor_digests
 
         started = time.perf_counter()
-        digests = tensor_digests(self._served) if verify else None
+        digests = tensor_digests(self._served) if verify else None  # ZeRO-3: the unpartitioned buffers
+        for source in self._sources:  # ZeRO-3: each gathered tensor is hashed as it is materialized
+            source.digests = digests
+        checks = {"digests": digests}
+        if verify and self.cfg.lora.enabled and self.cfg.lora.push == "adapter":
+            checks["lora_adapter"] = True  # the engine must report the adapter registered
+        elif verify and self.cfg.lora.enabled:  # the adapted weights the engine must not hold unmerged
+            from k2post.train.lora import base_digests
+
+            checks["lora_base_digests"] = base_digests(self.engine.module)
         digest_s = time.perf_counter() - started
         stats = self.sender.push()
         figures = {"nbytes": stats.nbytes, "seconds": stats.elapsed_s, "gb_per_s": stats.gb_per_s}
-        return {**figures, **({"digests": digests, "digest_s": digest_s} if verify else {})}
+        return {**figures, **({**checks, "digest_s": digest_s} if verify else {})}
 
     def offload(self) -> dict[str, Any]:
         """Move params and optimizer state to DRAM while the engines generate (needs a device; on CPU they live there).
@@ -444,6 +488,11 @@ class RLTrainerWorker:
         path = Path(directory)
         self.engine.save_checkpoint(str(path / ckpt.ENGINE_DIR), tag=ckpt.ENGINE_TAG)
         ckpt.save_rng(path, self.rank)
+        if self.cfg.lora.enabled:  # the merged model (what the engines serve) + the adapter on its own
+            from k2post.train.lora import save_merged
+
+            save_merged(self.engine.module, self.tokenizer, path, self.rank == 0)
+            return
         ckpt.save_hf(self.engine.module, self.tokenizer, path, self.cfg.trainer.zero_stage, self.rank == 0)
 
     def load(self, directory: str) -> None:

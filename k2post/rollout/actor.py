@@ -177,13 +177,15 @@ class RolloutWorker:
         verify_checksum: bool = True,
         verify_push: bool = False,
         version: int | None = None,
+        adapter: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Receive one checkpoint-engine update from the sender at `address` into the engine
         (see `VLLMEngine.receive_update`; `verify_push`: the loaded tensors' digests come back; `version`: the
-        policy version the tokens generated from now on are tagged with)."""
+        policy version the tokens generated from now on are tagged with; `adapter`: a LoRA adapter-only push)."""
         return self.engine.receive_update(
-            address, timeout_s=timeout_s, verify_checksum=verify_checksum, verify_push=verify_push, version=version
-        )
+            address, timeout_s=timeout_s, verify_checksum=verify_checksum, verify_push=verify_push, version=version,
+            adapter=adapter,
+        )  # fmt: skip
 
     def set_weights_version(self, version: int) -> int:
         """Tag the weights the engine holds (a resumed run's engine starts from its checkpoint's step)."""

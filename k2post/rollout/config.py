@@ -32,6 +32,13 @@ class VLLMEngineConfig(K2Config):
         description="GPU: build with vLLM sleep mode so sleep() frees weights/KV memory (None: on when CUDA is "
         "present). CPU: ignored; sleep() frees the KV cache with k2post's own CPU path.",
     )
+    lora_max_rank: int | None = Field(
+        None,
+        ge=1,
+        le=512,
+        description="Build the engine with vLLM's LoRA support for one adapter of up to this rank, pushed "
+        "adapter-only (RL sets it from lora.rank when lora.push is adapter); null: no LoRA support.",
+    )
     record_routing: bool = Field(
         False,
         description="MoE models: record the experts each token was routed to (per MoE layer) and return them with "

@@ -38,6 +38,7 @@ internals, so it refuses untested vLLM versions unless `K2POST_ALLOW_UNTESTED_VL
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Callable
 
 import torch
@@ -270,12 +271,17 @@ def _needs_repack(module: torch.nn.Module) -> bool:
     return weight.ndim == 2 and weight.numel() > 0 and not weight.is_meta
 
 
-def repack_cpu_linears(model: torch.nn.Module) -> int:
-    """Rebuild every CPU-packed linear from its (just updated) weight. Returns the layer count."""
+def repack_cpu_linears(model: torch.nn.Module, written: Iterable[torch.Tensor] | None = None) -> int:
+    """Rebuild CPU-packed linears from their (just updated) weights: every one, or only those whose weight is one
+    of the `written` parameters (a tied LM head shares the embedding's). Returns the layer count.
+
+    A push loads the model bucket by bucket; repacking every linear after each bucket made a 2 GB push of
+    Qwen2-0.5B take ~30 full repacks (~1.4 s each here): 48 s, 4.9 s with only the written ones."""
     dispatch = original_dispatch()
+    only = None if written is None else {id(tensor) for tensor in written}
     count = 0
     for module in model.modules():
-        if _needs_repack(module):
+        if _needs_repack(module) and (only is None or id(module.weight) in only):
             dispatch(module, remove_weight=False)
             count += 1
     return count

@@ -141,6 +141,8 @@ class VLLMEngine:
         self._checkpoint = None  # ShmCheckpoint of the rebuild fallback, made on first push
         self._update_depth = 0
         self._pending_update = False
+        self._lora_request = None  # the pushed adapter's tag, once an adapter-only push arrived
+        self._lora_id = 0
 
     def _build(self, path: str):
         from vllm import LLM  # imported late: heavy, and env must be set first
@@ -165,10 +167,19 @@ class VLLMEngine:
                 distributed_executor_backend="uni",
                 worker_extension_cls=WORKER_EXTENSION,
                 **({"enable_prefix_caching": False} if self.cfg.record_routing else {}),
+                **self._lora_kwargs(),
             )
         if self.cfg.record_routing:  # every (re)build gets the capture hooks
             self.routing_layers, self.routing_top_k = llm.collective_rpc("k2post_record_routing")[0]
         return llm
+
+    def _lora_kwargs(self) -> dict:
+        """vLLM's LoRA support for one adapter (adapter-only pushes), when configured."""
+        if self.cfg.lora_max_rank is None:
+            return {}
+        from k2post.rollout.lora_adapter import vllm_max_lora_rank
+
+        return {"enable_lora": True, "max_lora_rank": vllm_max_lora_rank(self.cfg.lora_max_rank), "max_loras": 1}
 
     def _scheduler_kwargs(self) -> dict:
         """Chunked prefill on or off (off: every prompt fits one scheduler step)."""
@@ -229,7 +240,7 @@ class VLLMEngine:
                     f"got {len(sampling)} sampling configs for {len(prompts)} prompts: give one, or one per prompt"
                 )
             params = [_sampling_params(s) for s in sampling]
-        request_outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        request_outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
         generations = [_to_generations(list(ids), out) for ids, out in zip(prompts_ids, request_outputs)]
         if self.cfg.record_routing:
             self._attach_routing(request_outputs, generations)
@@ -290,6 +301,7 @@ class VLLMEngine:
         verify_checksum: bool = True,
         verify_push: bool = False,
         version: int | None = None,
+        adapter: dict | None = None,
     ) -> dict:
         """Receive one checkpoint-engine update from the sender at `address`.
 
@@ -298,17 +310,21 @@ class VLLMEngine:
         Returns the receiver's figures plus the engine-side seconds and the new weights version. With
         `verify_push` (a full push): a parameter the push did not write is a PushVerificationError, and
         `digests` (name -> digest of each tensor as loaded) come back for `compare_digests`. `version` names
-        the policy version the weights are (RL: the trainer's optimizer step); without it the version counts up."""
+        the policy version the weights are (RL: the trainer's optimizer step); without it the version counts up.
+        `adapter` (`k2post.rollout.lora_adapter.adapter_spec`): the push is a LoRA adapter's tensors, registered as
+        the engine's adapter and applied to every generation from now on (the base weights stay)."""
         self._check_awake("load weights")
         started = time.perf_counter()
         with self.weight_update():
-            if self.weight_update_mode == "rebuild":
+            if adapter is not None:
+                stats = self._receive_adapter(address, adapter, timeout_s, verify_checksum, verify_push)
+            elif self.weight_update_mode == "rebuild":
                 stats = self._receive_staged(address, timeout_s, verify_checksum, verify_push)
             else:
                 stats = self.llm.collective_rpc(
                     "k2post_receive_update", args=(address, self.cpu, timeout_s, verify_checksum, verify_push)
                 )[0]
-            self._pending_update = True
+            self._pending_update = True  # an adapter push also counts as an update (prefix cache reset, version)
         if version is not None:
             self.weights_version = version
         return {
@@ -317,6 +333,26 @@ class VLLMEngine:
             "weights_version": self.weights_version,
             "mode": self.weight_update_mode,
         }
+
+    def _receive_adapter(
+        self, address: str, adapter: dict, timeout_s: float, verify_checksum: bool, verify_push: bool
+    ) -> dict:
+        """An adapter-only push (`k2post.rollout.lora_adapter`): registered in the worker, then tagged on requests."""
+        from k2post.rollout.lora_adapter import lora_request
+        from k2post.rollout.weight_update import WeightUpdateError
+
+        if self.cfg.lora_max_rank is None or adapter["rank"] > self.cfg.lora_max_rank:
+            raise WeightUpdateError(
+                f"adapter push of rank {adapter['rank']} into an engine built with lora_max_rank "
+                f"{self.cfg.lora_max_rank}: set rollout.engine.lora_max_rank >= the rank (RL: lora.push adapter)"
+            )
+        if self.weight_update_mode == "rebuild":
+            raise WeightUpdateError("adapter pushes need an in-place engine (this one rebuilds on every push)")
+        self._lora_id += 1
+        args = (address, self._lora_id, adapter, timeout_s, verify_checksum, verify_push)
+        stats = self.llm.collective_rpc("k2post_receive_adapter", args=args)[0]
+        self._lora_request = lora_request(self._lora_id)
+        return stats
 
     def _receive_staged(self, address: str, timeout_s: float, verify_checksum: bool, verify_push: bool) -> dict:
         from k2post_checkpoint_engine import WeightReceiver

@@ -33,27 +33,44 @@ class PushVerificationError(WeightUpdateError):
     """After a push, the engine's weights are not the trainer's: a tensor skipped, swapped or changed."""
 
 
+Cut = Callable[[torch.Tensor], torch.Tensor]  # full state-dict tensor -> one checkpoint tensor (a view)
+
+
+def checkpoint_cuts(name: str, shape: tuple[int, ...]) -> list[tuple[str, Cut]]:
+    """The HF checkpoint tensors that the state-dict entry `name` of `shape` is served as, each with the view that
+    cuts it from the full tensor. transformers keeps MoE experts fused in 3-D parameters (`mlp.experts.gate_up_proj`
+    [E, 2I, H], `mlp.experts.down_proj` [E, H, I]) that its checkpoints, and vLLM, name per expert
+    (`mlp.experts.{e}.gate_proj.weight` [I, H], ...); every other entry is served whole under its own name."""
+    if name.endswith("mlp.experts.gate_up_proj") and len(shape) == 3:
+        prefix, half = name.removesuffix("gate_up_proj"), shape[1] // 2
+        out: list[tuple[str, Cut]] = []
+        for expert in range(shape[0]):
+            out.append((f"{prefix}{expert}.gate_proj.weight", lambda t, e=expert: t[e, :half]))
+            out.append((f"{prefix}{expert}.up_proj.weight", lambda t, e=expert: t[e, half:]))
+        return out
+    if name.endswith("mlp.experts.down_proj") and len(shape) == 3:
+        prefix = name.removesuffix("down_proj")
+        return [(f"{prefix}{expert}.down_proj.weight", lambda t, e=expert: t[e]) for expert in range(shape[0])]
+    return [(name, lambda t: t)]
+
+
 def checkpoint_named_tensors(model: torch.nn.Module, replace: dict[str, torch.Tensor] | None = None) -> NamedTensors:
-    """The model's weights under its HF checkpoint names, which vLLM's `load_weights` takes: transformers keeps
-    MoE experts fused in 3-D parameters (`mlp.experts.gate_up_proj` [E, 2I, H], `mlp.experts.down_proj`
-    [E, H, I]) that its checkpoints, and vLLM, name per expert (`mlp.experts.{e}.gate_proj.weight` [I, H], ...).
-    Those are split here into per-expert views (no copy); every other tensor of the state dict (parameters and
+    """The model's weights under its HF checkpoint names, which vLLM's `load_weights` takes (`checkpoint_cuts`:
+    fused experts split into per-expert views, no copy); every other tensor of the state dict (parameters and
     persistent buffers such as the router's `e_score_correction_bias`) is passed as it is. `replace` gives other
-    values for some state-dict names (INT4 QAT: the fake-quant weights the trainer's forward uses)."""
+    values for some state-dict names (INT4 QAT: the fake-quant weights the trainer's forward uses). A tensor under
+    two names (tied embeddings: `lm_head.weight` is `model.embed_tokens.weight`) is served once, under its first
+    name, as `save_pretrained` writes it: vLLM's `load_weights` raises on a tied alias without its target in the
+    same call, and a push sends the model bucket by bucket."""
     out: NamedTensors = []
     replace = replace or {}
+    seen: set[int] = set()
     for name, value in model.state_dict(keep_vars=True).items():
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
         tensor = replace[name] if name in replace else value.data
-        if name.endswith("mlp.experts.gate_up_proj") and tensor.dim() == 3:
-            prefix, half = name.removesuffix("gate_up_proj"), tensor.shape[1] // 2
-            for expert in range(tensor.shape[0]):
-                out.append((f"{prefix}{expert}.gate_proj.weight", tensor[expert, :half]))
-                out.append((f"{prefix}{expert}.up_proj.weight", tensor[expert, half:]))
-        elif name.endswith("mlp.experts.down_proj") and tensor.dim() == 3:
-            prefix = name.removesuffix("down_proj")
-            out.extend((f"{prefix}{expert}.down_proj.weight", tensor[expert]) for expert in range(tensor.shape[0]))
-        else:
-            out.append((name, tensor))
+        out.extend((served, cut(tensor)) for served, cut in checkpoint_cuts(name, tuple(tensor.shape)))
     return out
 
 
@@ -146,7 +163,10 @@ def load_into_model(
             vllm_cpu_patch.repack_cpu_experts(experts)
     if repack:
         vllm_cpu_patch.round_widened_params(model)
-        vllm_cpu_patch.repack_cpu_linears(model)
+        # only the linears this call wrote (a push calls once per bucket); all of them when the model does not say
+        params = dict(model.named_parameters())
+        touched = None if written is None else [params[name] for name in written if name in params]
+        vllm_cpu_patch.repack_cpu_linears(model, touched)
     return len(named)
 
 

@@ -8,6 +8,8 @@ each worker process for a multiprocess executor:
 - `k2post_receive_update(address, ...)` — a checkpoint-engine `WeightReceiver` inside the worker:
   buckets arrive through the two IPC buffers and are loaded as they come (the caller resets the
   prefix cache when the update is done);
+- `k2post_receive_adapter(address, lora_id, spec, ...)` — an adapter-only push: the LoRA tensors are received
+  and registered as the worker's adapter (`k2post.rollout.lora_adapter`);
 - `k2post_in_place_problems(cpu)` — why in-place pushes would fail on the built model;
 - `k2post_free_kv_cache()` / `k2post_restore_kv_cache()` — the CPU sleep path;
 - `k2post_record_routing()` / `k2post_take_routing()` — record each token's MoE experts
@@ -78,6 +80,34 @@ class K2PostWorkerExtension:
             check_written(model, loaded)
         figures = {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets}
         return {**figures, "elapsed_s": stats.elapsed_s, **({"digests": digests} if verify_push else {})}
+
+    def k2post_receive_adapter(
+        self,
+        address: str,
+        lora_id: int,
+        spec: dict[str, Any],
+        timeout_s: float = 60.0,
+        verify_checksum: bool = True,
+        verify_push: bool = False,
+    ) -> dict[str, Any]:
+        """Receive a LoRA adapter's tensors from `address` and register them as adapter `lora_id` (replacing the
+        previous one). Returns the receiver's figures, the modules the adapter covers and, with `verify_push`,
+        the digests of the tensors as received."""
+        from k2post_checkpoint_engine import WeightReceiver
+
+        from k2post.rollout.lora_adapter import install_adapter
+
+        tensors: dict[str, Any] = {}
+
+        def load(batch: NamedTensors) -> None:
+            tensors.update((name, tensor.detach().clone()) for name, tensor in batch)  # buffers are reused
+
+        with WeightReceiver(address, load, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
+            stats = rx.run_update()
+        checks = {"digests": tensor_digests(tensors.items())} if verify_push else {}  # vLLM scales B in place
+        modules = install_adapter(self, lora_id, tensors, spec)
+        figures = {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets}
+        return {**figures, "elapsed_s": stats.elapsed_s, "lora_id": lora_id, "lora_modules": modules, **checks}
 
     def k2post_in_place_problems(self, cpu: bool) -> list[str]:
         """Why in-place pushes cannot work here (empty: they can)."""

@@ -10,7 +10,9 @@ normalize by the step's label tokens over all ranks (so the gradient is that of 
 mean over the global batch), `engine.backward` / `engine.step`, then QK-Clip on the fp32
 masters (`apply_qk_clip_zero`). Eval loss (token mean over the held-out rows), checkpoints and
 metrics rows follow the `train` config. Outputs in `run_dir`: config.yaml, data_report.json,
-metrics.jsonl, checkpoints/step-N, final/ and summary.json (docs/SFT.md).
+metrics.jsonl, checkpoints/step-N, final/ and summary.json (docs/SFT.md). Each row carries `perf/tokens_per_s`
+(the step's real tokens, all ranks, over its wall time) and `perf/mfu` (k2post/train/mfu.py: 3 x forward FLOPs of
+those tokens, attention at each packed dialogue's causal length, over the peak FLOP/s x ranks).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from k2post.sft.batching import BatchPlan, BatchShape
 from k2post.sft.config import SFTConfig
 from k2post.sft.data import SFTData, load_sft_data
 from k2post.train.metrics import MetricsLog, ProgressDisplay, read_metrics
+from k2post.train.mfu import causal_context, mfu, peak_flops, train_flops_per_token
+from k2post.models.stats import matrix_flops_per_token
 from k2post.sft.packing import IGNORE_INDEX, PackedRow, check_packed_attention, collate, model_inputs, pack_examples
 from k2post.train.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
 from k2post.train.schedule import lr_factor, set_lr
@@ -65,6 +69,8 @@ class SFTRun:
     state: ckpt.TrainerState
     step_times: list[float] = field(default_factory=list)  # this invocation's steps
     step_tokens: list[int] = field(default_factory=list)
+    matrix_flops: int = 0  # forward matmul FLOPs per token of the model (k2post.models.stats)
+    peak: tuple[float, str] = (0.0, "")  # peak FLOP/s of one rank's device, and where it comes from
 
 
 # --------------------------------------------------------------------------- setup
@@ -144,6 +150,7 @@ def build_run(cfg: SFTConfig, dist: DistInfo) -> SFTRun:
     data = load_data(cfg, tokenizer, run_dir, dist)  # before the weights: a data error fails fast
     model = load_causal_lm(model_dir, cfg.model.dtype).train()
     install_qat(model, cfg.qat)  # INT4 fake quant in the forward (off by default)
+    matrix_flops = matrix_flops_per_token(model)  # before DeepSpeed (ZeRO-3 would shard the params)
     shape = BatchShape(cfg.train.micro_batch_size, cfg.train.gradient_accumulation_steps, dist.world_size)
     plan = BatchPlan(data.train, cfg.data.max_seq_len, shape, cfg.train.seed, cfg.data.packing)
     total = cfg.train.max_steps or plan.steps_for_epochs(cfg.train.epochs)
@@ -151,7 +158,9 @@ def build_run(cfg: SFTConfig, dist: DistInfo) -> SFTRun:
     state = ckpt.TrainerState(0, total, 0, 0, plan.fingerprint(), dist.world_size, cfg.deepspeed.zero_stage)
     eval_rows = pack_examples(data.eval, cfg.data.max_seq_len, cfg.data.packing) if data.eval else []
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=dist.is_main)
-    return SFTRun(cfg, dist, run_dir, tokenizer, data, plan, eval_rows, total, engine, recorder, metrics, state)
+    run = SFTRun(cfg, dist, run_dir, tokenizer, data, plan, eval_rows, total, engine, recorder, metrics, state)
+    run.matrix_flops, run.peak = matrix_flops, peak_flops(engine.device, cfg.model.dtype)
+    return run
 
 
 # --------------------------------------------------------------------------- steps
@@ -189,10 +198,20 @@ def train_step(run: SFTRun, step: int) -> dict[str, Any]:
         loss_sum += float(loss.detach())
     qk_metrics = _qk_clip(run)
     (loss_sum,) = all_reduce_sum([loss_sum])
-    tokens = sum(len(row) for batch in run.plan.step_micro_batches(step) for row in batch)
-    return _step_row(
-        run, step, loss_sum / total_labels, lr, tokens, total_labels, time.perf_counter() - start, qk_metrics
-    )
+    rows = [row for batch in run.plan.step_micro_batches(step) for row in batch]
+    seconds = time.perf_counter() - start
+    row = _step_row(run, step, loss_sum / total_labels, lr, sum(map(len, rows)), total_labels, seconds, qk_metrics)
+    return {**row, **perf_metrics(run, [n for r in rows for n in r.lengths], seconds)}
+
+
+def perf_metrics(run: SFTRun, lengths: list[int], seconds: float) -> dict[str, float]:
+    """`perf/tokens_per_s` and `perf/mfu` of a step over packed dialogues of these lengths (all ranks)."""
+    tokens_per_s = sum(lengths) / max(seconds, 1e-9)
+    per_token = train_flops_per_token(run.engine.module, causal_context(lengths), run.matrix_flops)
+    return {
+        "perf/tokens_per_s": tokens_per_s,
+        "perf/mfu": mfu(tokens_per_s, per_token, run.peak[0] * run.dist.world_size),
+    }
 
 
 def _qk_clip(run: SFTRun) -> dict[str, float]:
@@ -348,6 +367,9 @@ def summarize(run: SFTRun, start: int, end: int, wall_s: float, final: Path | No
         "train_loss_last": losses[-1] if losses else None,
         "mean_step_time_s": sum(times) / len(times) if times else None,
         "tokens_per_s": sum(run.step_tokens) / max(sum(run.step_times), 1e-9) if run.step_times else None,
+        "mfu_mean": _mean([r["perf/mfu"] for r in rows if r.get("perf/mfu") is not None][1:]),
+        "peak_flops": run.peak[0],
+        "peak_source": run.peak[1],
         "wall_s": round(wall_s, 2),
         "final_dir": str(final) if final else None,
         "data": {k: report[k] for k in ("rows", "train_examples", "eval_examples", "num_bad_rows", "train_tokens")},
@@ -355,6 +377,11 @@ def summarize(run: SFTRun, start: int, end: int, wall_s: float, final: Path | No
     if run.dist.is_main:
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _mean(values: list[float]) -> float | None:
+    """The mean of `values` (None for none)."""
+    return sum(values) / len(values) if values else None
 
 
 def _train(cfg: SFTConfig, dist: DistInfo) -> dict[str, Any]:
@@ -367,6 +394,7 @@ def _train(cfg: SFTConfig, dist: DistInfo) -> dict[str, Any]:
         f"sft: {len(run.data.train)} train / {len(run.data.eval)} eval dialogues, "
         f"{run.plan.epoch_length(0)} packed rows per epoch, steps {start}..{run.total_steps}"
     )
+    display.print(f"sft: MFU against {run.peak[0] / 1e12:.3g} TFLOP/s per rank ({run.peak[1]})")
     try:
         end = train_loop(run, start, display)
     finally:

@@ -15,5 +15,14 @@ def rss_mib() -> float:
 
 
 def peak_rss_mib() -> float:
-    """Peak resident memory of this process (MiB)."""
+    """Peak resident memory of this process (MiB): VmHWM, the high-water mark of this program's memory. Not
+    `ru_maxrss`, which survives exec: a child forked from a big parent (a test process holding a vLLM engine)
+    reports the parent's size as its own peak."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,7 +1,8 @@
 """Run outputs written while training: metrics.jsonl rows and the progress display (rank 0 only).
 
 metrics.jsonl has one JSON object per line: a row per optimizer step (`step`, `epoch`, `loss`,
-`lr`, `tokens`, `label_tokens`, `tokens_total`, `step_time_s`, `tokens_per_s`, `qk_clip/*`),
+`lr`, `tokens`, `label_tokens`, `tokens_total`, `step_time_s`, `tokens_per_s`, `perf/tokens_per_s`, `perf/mfu`,
+`qk_clip/*`),
 with `eval_loss` / `eval_tokens` added on steps where the held-out loss was measured; step 0
 is the eval before training. On resume, rows after the checkpoint's step are dropped first,
 so the file always reads as one run.
@@ -60,6 +61,23 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def rate_text(value: float) -> str:
+    """A rate for a progress line: 950, 1.2k, 3.4M."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.1f}{suffix}"
+    return f"{value:.0f}"
+
+
+def perf_text(row: dict[str, Any], key: str = "perf/tokens_per_s") -> str:
+    """`1.2k tok/s MFU 3.1%` of a metrics row (what it has of the two)."""
+    parts = [f"{rate_text(row[key])} tok/s"] if row.get(key) is not None else []
+    if row.get("perf/mfu") is not None:
+        percent = 100 * row["perf/mfu"]
+        parts.append(f"MFU {percent:.2g}%" if percent < 1 else f"MFU {percent:.1f}%")
+    return " ".join(parts)
+
+
 class ProgressDisplay:
     """A rich progress bar on a terminal, plus a plain line every `log_every` steps (always)."""
 
@@ -95,7 +113,7 @@ class ProgressDisplay:
         if self.progress is not None:
             self.progress.update(self.task, completed=row["step"], info=info)
         if row["step"] % self.log_every == 0 or row["step"] == total or "eval_loss" in row:
-            self.print(f"step {row['step']}/{total} {info} ({row['tokens_per_s']:.0f} tok/s)")
+            self.print(f"step {row['step']}/{total} {info} ({perf_text(row)})")
 
     def close(self) -> None:
         """Stop the live bar."""

@@ -38,6 +38,10 @@ CASES = {
         },
     ),
     "rollout.py": (["--smoke"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
+    "scale.py": (
+        ["--smoke"],
+        {"params", "trainer_peak_gib", "engine_peak_gib", "colocated_peak_gib", "push_ratio_vs_memcpy"},
+    ),
     "sandbox_backends.py": (["--runs", "2"], {"k2post_ms", "bwrap_ms", "plain_ms", "k2post_over_bwrap", "runs"}),
     "rl_vs_trl.py": (
         ["--smoke", "--sft-model", "none"],
@@ -78,7 +82,11 @@ GROUPS = [*TOGETHER, *((script,) for script in sorted(CASES) if not any(script i
 
 def _command(script: str, out: Path) -> list[str]:
     args, _ = CASES[script]
-    extra = ["--out", str(out)] if script in ("qk_clip_stress.py", "rl_vs_trl.py", "critic_calibration.py") else []
+    extra = (
+        ["--out", str(out)]
+        if script in ("qk_clip_stress.py", "rl_vs_trl.py", "critic_calibration.py", "scale.py")
+        else []
+    )
     return [sys.executable, str(ROOT / "benchmarks" / script), *args, *extra]
 
 

@@ -6,6 +6,9 @@
   again at a random point and resumed to the end, ends with the same metrics and bit-identical weights as the
   uninterrupted run: the same prompts drawn, episodes finished, partial rollouts paused and resumed, groups
   trained and judge tasks harvested into critic_calibration's pool (`ledger/*`), with the IS correction on;
+- LoRA, pushed merged (the default) and adapter-only: only the adapters train (AdamW); every push is verified to
+  have reached the engine (merged: no adapted weight is the base's; adapter: the engine registered it), and final/
+  is the merged model (frozen tensors bit-identical to the start) with the adapter beside it;
 - 2 trainer ranks (ZeRO-2) + 2 rollout replicas on tiny-k2 (MoE) with bf16 engines, routing replay and INT4 QAT:
   a SIGKILLed rollout actor is replaced, re-synced and the run goes on; the trainer used the engines' experts and
   the engines were pushed the INT4 experts the trainer's forward used (verified push).
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from safetensors.torch import load_file
 
@@ -34,7 +38,7 @@ from coin_policy import IF_CONFIG
 from proc_helpers import run_bounded
 
 REPO = Path(__file__).resolve().parents[2]
-VOLATILE = ("time/", "memory/", "push/")  # wall-clock and RSS figures differ between any two runs
+VOLATILE = ("time/", "memory/", "push/", "perf/")  # wall-clock and RSS figures differ between any two runs
 
 
 def _config(run_dir: Path, model_dir: Path, ray_tmp: Path, **overrides) -> dict:
@@ -268,6 +272,44 @@ def _check_run_dir(run_dir: Path, start_dir: Path) -> None:
         load_file(str(run_dir / "final" / "model.safetensors")),
     )
     assert any(not (before[k] == after[k]).all() for k in after)  # MuonClip steps moved the policy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("push", ["merged", "adapter"])
+def test_lora_run_trains_adapters_and_pushes_them(work, coin_policy_dir, push):
+    run_dir = work / f"lora_{push}"
+    lora = {"enabled": True, "rank": 8, "alpha": 16.0, "target_modules": ["q_proj", "o_proj"], "push": push}
+    cfg = _config(
+        run_dir,
+        coin_policy_dir,
+        work / f"ray_l{push}",
+        envs=[{"name": "instruction_following", "config": IF_CONFIG}],
+        lora=lora,
+        optim={"lr": 0.01, "qk_clip": {"enabled": False}},
+        trainer={"world_size": 1, "zero_stage": 1, "verify_push_every": 1},
+        train={"iterations": 2},
+        checkpoint={"every": 0},
+    )
+    done = _cli(str(_write(work / f"lora_{push}.yaml", cfg)))
+    _kill_leftovers(str(work / f"ray_l{push}"))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    rows = [r for r in _metrics(run_dir) if "push/verified" in r]
+    assert len(rows) == 2 and all(r["push/verified"] == 1.0 for r in rows)
+    if push == "merged":  # q_proj and o_proj of 4 layers arrived merged, their adapters nonzero
+        assert rows[-1]["push/lora_adapted"] == 8.0
+    else:  # only the adapters travelled: 2 x 8 small matrices
+        assert rows[-1]["push/mb"] < 0.5 and "push/lora_adapted" not in rows[-1]
+    start = load_file(str(coin_policy_dir / "model.safetensors"))
+    final = load_file(str(run_dir / "final" / "model.safetensors"))
+    adapter = load_file(str(run_dir / "final" / "adapter" / "adapter_model.safetensors"))
+    assert final.keys() == start.keys()
+    adapted = {n for n in start if n.endswith(("q_proj.weight", "o_proj.weight"))}
+    assert len(adapted) == 8 and all(torch.equal(final[n], start[n]) for n in start if n not in adapted)
+    for name in adapted:
+        prefix = "base_model.model." + name.removesuffix(".weight")
+        delta = (16.0 / 8) * adapter[f"{prefix}.lora_B.weight"] @ adapter[f"{prefix}.lora_A.weight"]
+        assert float(delta.abs().max()) > 0, name
+        torch.testing.assert_close(final[name], start[name] + delta, rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow

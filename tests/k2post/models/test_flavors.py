@@ -13,6 +13,7 @@ from k2post.models.flavors import (
     FLAVORS,
     VLLM_CPU_HEAD_SIZES,
     flavor_config,
+    QWEN2_VOCAB_ROWS,
     known_flavors,
     register_flavor,
     tiny_qwen2_config,
@@ -26,8 +27,9 @@ def _batch(vocab_size: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_registry_has_builtin_flavors() -> None:
-    assert {"tiny-qwen2", "tiny-k2"} <= set(known_flavors())
+    assert {"tiny-qwen2", "tiny-k2", "qwen2-0.5b"} <= set(known_flavors())
     assert flavor_config("tiny-qwen2", 4160).model_type == "qwen2"
+    assert flavor_config("qwen2-0.5b", 4160).model_type == "qwen2"
     assert flavor_config("tiny-k2", 4160).model_type == "deepseek_v3"
 
 
@@ -50,6 +52,21 @@ def test_tiny_qwen2_dims() -> None:
     assert (config.num_attention_heads, config.num_key_value_heads) == (4, 2)
     assert config.rope_parameters["rope_theta"] == 10000.0
     assert config.tie_word_embeddings is False and config.vocab_size == 4160
+
+
+def test_qwen2_05b_is_qwen2_05b_shaped_on_the_meta_device() -> None:
+    config = flavor_config("qwen2-0.5b", 4096)
+    head_dim = config.hidden_size // config.num_attention_heads
+    assert head_dim == 64 and head_dim in VLLM_CPU_HEAD_SIZES
+    assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (896, 24, 4864)
+    assert (config.num_attention_heads, config.num_key_value_heads) == (14, 2)
+    assert config.rope_parameters["rope_theta"] == 1e6 and config.rms_norm_eps == 1e-6
+    assert config.tie_word_embeddings is True and config.vocab_size == QWEN2_VOCAB_ROWS == 151_936
+    assert flavor_config("qwen2-0.5b", 200_000).vocab_size == 200_000  # a larger tokenizer keeps its own rows
+    with torch.device("meta"):  # no 2 GB of weights: shapes only
+        model = AutoModelForCausalLM.from_config(config)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert count_params(model) == 494_032_768  # Qwen2-0.5B's published count
 
 
 def test_tiny_qwen2_reload_gives_identical_logits(tiny_qwen2_dir: Path) -> None:

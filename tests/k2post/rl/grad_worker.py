@@ -40,7 +40,8 @@ def rows_and_offsets():
     return rows, offsets
 
 
-def config(model_dir: str, ptx_dir: str, stage: int):
+def config(model_dir: str, ptx_dir: str, stage: int, **sections):
+    """The step's RL config; `sections` are merged over its top-level sections (tests/k2post/rl/zero3_worker.py)."""
     from k2post.config.loader import validate_config
     from k2post.rl.run_config import RLConfig
 
@@ -60,6 +61,8 @@ def config(model_dir: str, ptx_dir: str, stage: int):
         "optim": {"lr": 0.01},
         "trainer": {"world_size": WORLD, "zero_stage": stage},
     }
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value}
     return validate_config(RLConfig, raw, "grad_worker")
 
 

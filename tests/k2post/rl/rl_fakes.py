@@ -6,7 +6,8 @@ return shapes, no Ray, no model:
 - a replica answers a math task correctly (\\boxed{answer}) when its episode seed is even, so groups have
   mixed rewards; greedy eval answers correctly once the replica has received a push (version >= 1);
 - with `pause_odd=True` an episode with an odd index pauses one iteration before it finishes (partial rollout);
-- `die[iteration] = replica` kills that replica during that iteration's `run_iteration` (its episodes are lost).
+- `die[iteration] = replica` kills that replica during that iteration's `run_iteration` (its episodes are lost);
+- episodes are 5 tokens (2 prompt + 3 written); a train step reports `time/trainer_step_s` = STEP_S.
 Every call is recorded in `calls` as (method, args summary).
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 from k2post.chat.types import Message
 from k2post.rl.actors import count_restart
 from k2post.rollout.agentic import Episode
+
+STEP_S = 0.5  # the fake trainer's step time (`time/trainer_step_s`)
 
 
 class FakeTrainerGroup:
@@ -40,7 +43,8 @@ class FakeTrainerGroup:
     def train_step(self, micro, old, step):
         self.calls.append(("train_step", step))
         self.version += 1
-        return [{"train/k15_loss": 0.1 * step, "train/rows": sum(len(m) for m in ms)} for ms in micro]
+        rows = [{"train/k15_loss": 0.1 * step, "train/rows": sum(len(m) for m in ms)} for ms in micro]
+        return [{**row, "time/trainer_step_s": STEP_S} for row in rows]
 
     def offload(self, offload: bool) -> None:
         self.calls.append(("offload", offload))
@@ -132,6 +136,7 @@ class FakeRolloutGroup:
             logprobs=[0.0, 0.0, -0.5, -0.5, -0.5],
             versions=[-1, -1, version, version, version],
             finish_reason="env_done",
+            generated_tokens=3,
             temperature=options.temperature,
             seed=options.seed,
             max_tokens=options.max_tokens,

@@ -12,13 +12,13 @@ import pytest
 
 from k2post.config.loader import validate_config
 from k2post.rl.actors import ActorRestartLimitError
-from k2post.rl.controller import RLRun, episode_seed
+from k2post.rl.controller import RLRun, episode_seed, progress_line
 from k2post.rl.metrics import read_metrics
 from k2post.rl.run_config import RLConfig
 from k2post.rl.schedules import temperature_for
-from rl_fakes import FakeCluster
+from rl_fakes import STEP_S, FakeCluster
 
-VOLATILE = ("time/",)
+VOLATILE = ("time/", "perf/")
 
 
 def _config(tmp_path, **overrides) -> RLConfig:
@@ -181,3 +181,29 @@ def test_actor_options_carry_the_env_plugins(tmp_path, monkeypatch, plugins):
     options = RayCluster(_config(tmp_path)).options(0)
     assert options["num_cpus"] > 0
     assert options.get("runtime_env") == ({"env_vars": {PLUGINS_ENV_VAR: plugins}} if plugins else None)
+
+
+def test_tokens_per_s_and_mfu_are_logged_from_the_step_time_and_the_model_flops(tmp_path, monkeypatch):
+    """perf/train_tokens_per_s = the step's sequence tokens / time/trainer_step_s; perf/mfu = those tokens' training
+    FLOPs (3 x (2 x matmul weights + attention at the causal context)) / peak; rollout tokens/s; the progress line."""
+    from transformers import AutoModelForCausalLM
+
+    from k2post.models.flavors import flavor_config
+    from k2post.train import mfu
+
+    cfg = _config(tmp_path, train={"iterations": 2, "eval_every": 0})
+    config = flavor_config("tiny-qwen2", 4096)
+    config.to_json_file(str(tmp_path / "model" / "config.json"))
+    monkeypatch.setattr(mfu, "peak_flops", lambda device, dtype: (1e9, "test"))
+    _run(cfg)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")[1:]
+    tokens = 2 * 4 * 5  # groups_per_step x K x 5-token fake episodes
+    model = AutoModelForCausalLM.from_config(config)  # materialized: its own weights, not the meta count
+    matmul = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed_tokens" not in n)
+    attention = 2 * 4 * 4 * 3.0 * (64 + 64)  # layers x heads x causal context (5 + 1) / 2 x (d_qk + d_v), x 2
+    expected_mfu = tokens / STEP_S * 3 * (2 * matmul + attention) / 1e9
+    assert all(r["perf/train_tokens_per_s"] == tokens / STEP_S for r in rows)
+    assert all(r["perf/mfu"] == pytest.approx(expected_mfu, rel=1e-9) for r in rows)
+    assert all(r["perf/rollout_tokens_per_s"] > 0 for r in rows)
+    line = progress_line(rows[-1], 2, 2, 1.0)
+    assert f"train {tokens / STEP_S:.0f} tok/s MFU {100 * expected_mfu:.1f}%" in line and "| rollout " in line

@@ -235,7 +235,7 @@ def test_train_rows_carry_the_signal_of_the_trained_groups():
     from rl_fakes import FakeRolloutGroup, FakeTrainerGroup
 
     run = RLRun.__new__(RLRun)
-    run.ledger = {}
+    run.ledger, run.perf = {}, None  # no FLOPs model: tokens/s without MFU
     calls: list = []
     run.trainers, run.rollouts = FakeTrainerGroup(1, calls), FakeRolloutGroup(1, 0, calls, False, {})
     run.state = types.SimpleNamespace(book=rb.GroupBook(k=2), step=0)

@@ -45,15 +45,17 @@ def _ptx_dataset(path: Path) -> Path:
     return path
 
 
-def _start(args: list[str], log: Path) -> subprocess.Popen:
+def _start(args: list[str], log: Path, worker: Path = WORKER, **env_vars: str) -> subprocess.Popen:
+    """Start one worker script (`worker`) with `args`, its output into `log`, in its own session."""
     env = dict(
         clean_child_env(),
         OMP_NUM_THREADS="1",
         PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        **env_vars,
     )
     with open(log, "w") as handle:
         return subprocess.Popen(
-            [sys.executable, str(WORKER), *args],
+            [sys.executable, str(worker), *args],
             env=env,
             cwd=REPO,
             stdout=handle,

@@ -225,6 +225,23 @@ def test_patch_keeps_weight_and_repack_follows_updates():
     assert vllm_cpu_patch.empty_cpu_linears(layer) == []
 
 
+def test_repack_can_be_limited_to_the_written_weights():
+    vllm_cpu_patch.apply_cpu_weight_patch()
+    import vllm.model_executor.layers.utils as utils
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False), torch.nn.Linear(32, 16, bias=False))
+    for layer in model:
+        layer.weight.requires_grad_(False)
+        utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+    first = model[0]
+    first.weight.copy_(torch.randn(32, 64))
+    assert vllm_cpu_patch.repack_cpu_linears(model, written=[first.weight]) == 1  # one bucket's layers only
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(first.cpu_linear(x, first.weight, None), x @ first.weight.T)
+    assert vllm_cpu_patch.repack_cpu_linears(model, written=[]) == 0
+    assert vllm_cpu_patch.repack_cpu_linears(model) == 2
+
+
 def test_rope_patch_makes_cpu_kernel_match_reference_for_3d_heads():
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.rotary_embedding import get_rope
@@ -278,3 +295,52 @@ def test_verified_push_catches_a_skipped_a_swapped_and_a_flipped_tensor(tiny_qwe
     assert verdicts["swapped"].startswith("PushVerificationError")
     assert re.search(r"model\.layers\.0\.self_attn\.[qo]_proj\.weight", verdicts["swapped"])
     assert verdicts["flipped"].startswith("PushVerificationError") and "model.norm.weight" in verdicts["flipped"]
+
+
+def _tied_copy(model_dir: Path, out: Path) -> Path:
+    """`model_dir` with tied embeddings (Qwen2-0.5B's layout): config says so, the checkpoint has no lm_head."""
+    import json
+
+    shutil.copytree(model_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    tensors = load_file(str(out / "model.safetensors"))
+    del tensors["lm_head.weight"]
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def test_tied_embeddings_are_served_once_under_the_checkpoint_name(tiny_qwen2_dir, tmp_path):
+    from k2post.models.loading import load_causal_lm
+    from k2post.rollout.weight_update import checkpoint_named_tensors
+
+    tied = _tied_copy(Path(tiny_qwen2_dir), tmp_path / "tied")
+    model = load_causal_lm(tied)
+    assert model.lm_head.weight is model.model.embed_tokens.weight and "lm_head.weight" in model.state_dict()
+    names = [name for name, _ in checkpoint_named_tensors(model)]
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    assert sorted(names) == sorted(load_file(str(tied / "model.safetensors")))  # what save_pretrained wrote
+    untied = [name for name, _ in checkpoint_named_tensors(load_causal_lm(tiny_qwen2_dir))]
+    assert "lm_head.weight" in untied
+
+
+@pytest.mark.slow
+def test_tied_embeddings_push_bucket_by_bucket_equals_fresh_engine(tiny_qwen2_dir, tmp_path):
+    """The push of a tied model (Qwen2-0.5B's layout): vLLM's load_weights raised on `lm_head.weight` arriving in
+    a bucket without `model.embed_tokens.weight` ("the tied weight is uninitialized") before the trainer served
+    tied tensors once."""
+    from k2post.models.loading import load_causal_lm
+    from k2post.rollout.weight_update import checkpoint_named_tensors, model_state
+
+    tied = _tied_copy(Path(tiny_qwen2_dir), tmp_path / "tied")
+    perturbed = _perturbed_copy(tied, tmp_path / "tied-perturbed")
+    served = dict(checkpoint_named_tensors(load_causal_lm(perturbed)))  # what an RL trainer rank registers
+    engine_a = _engine(tied, "float32")
+    before = _greedy(engine_a)
+    _push_through_checkpoint_engine(engine_a, served, via="receive_update")  # 1 MiB buckets: embed != last bucket
+    after, state = _greedy(engine_a), model_state(engine_a.llm)
+    assert after != before
+    engine_b = _engine(perturbed, "float32")
+    assert _greedy(engine_b) == after
+    _assert_same_params(state, model_state(engine_b.llm))
+    _close(engine_b, engine_a)

@@ -82,6 +82,8 @@ def test_metrics_and_outputs(learn_run):
     for row in steps:
         assert row["tokens"] > row["label_tokens"] > 0 and row["lr"] > 0
         assert "qk_clip/max_logit" in row and row["qk_clip/frac_clipped"] == 0.0  # tiny logits: never over tau 100
+        assert row["perf/tokens_per_s"] == pytest.approx(row["tokens"] / row["step_time_s"], rel=1e-2)
+        assert 0.0 < row["perf/mfu"] < 1.0  # against the device peak (on a CPU: its measured matmul peak)
     lrs = [r["lr"] for r in steps]
     assert lrs[4] == pytest.approx(2e-3) and lrs[-1] < lrs[10]  # warmup then cosine decay
     report = json.loads((run_dir / "data_report.json").read_text())
@@ -89,6 +91,7 @@ def test_metrics_and_outputs(learn_run):
     assert set(report["domains"]) == {"bank", "calculator", "calendar", "filesystem"}
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"step-{2 * EVERY}", f"step-{STEPS}"]
     assert json.loads((run_dir / "summary.json").read_text())["eval_loss_end"] == summary["eval_loss_end"]
+    assert summary["peak_flops"] > 0 and summary["peak_source"] and 0.0 < summary["mfu_mean"] < 1.0
 
 
 def test_final_dir_is_an_hf_model_with_the_k2_template(learn_run, tiny_qwen2_dir):
