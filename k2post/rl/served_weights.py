@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from k2post.quant.config import QATConfig
-from k2post.rollout.weight_update import Cut, checkpoint_cuts, checkpoint_named_tensors
+from k2post.rollout.weight_update import Cut, checkpoint_cuts, checkpoint_named_tensors, unique_state_entries
 
 NamedTensors = list[tuple[str, torch.Tensor]]
 Transform = Callable[[torch.Tensor], torch.Tensor]
@@ -120,18 +120,6 @@ def _cut_shape(cut: Cut, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[in
     return tuple(cut(torch.empty(shape, dtype=dtype, device="meta")).shape)
 
 
-def _unique_entries(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """The state dict's entries (live tensors), a tensor under two names (tied embeddings) once under its first
-    name, as `checkpoint_named_tensors` serves it."""
-    seen: set[int] = set()
-    out = []
-    for name, value in module.state_dict(keep_vars=True).items():
-        if id(value) not in seen:
-            seen.add(id(value))
-            out.append((name, value))
-    return out
-
-
 def zero3_sources(
     module: torch.nn.Module, qat_names: set[str], group_size: int
 ) -> tuple[list[ServedSource], NamedTensors]:
@@ -146,7 +134,7 @@ def zero3_sources(
     params = dict(module.named_parameters(remove_duplicate=False))
     sources: list[ServedSource] = []
     whole: NamedTensors = []
-    for name, value in _unique_entries(module):
+    for name, value in unique_state_entries(module):
         if name not in params or not is_partitioned(value):
             whole.extend((served, cut(value.data)) for served, cut in checkpoint_cuts(name, tuple(value.shape)))
             continue

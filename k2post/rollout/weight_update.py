@@ -54,6 +54,18 @@ def checkpoint_cuts(name: str, shape: tuple[int, ...]) -> list[tuple[str, Cut]]:
     return [(name, lambda t: t)]
 
 
+def unique_state_entries(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The state dict's live entries (`keep_vars`), a tensor under two names (tied embeddings) once, under its
+    first name, as `save_pretrained` writes it."""
+    seen: set[int] = set()
+    out = []
+    for name, value in model.state_dict(keep_vars=True).items():
+        if id(value) not in seen:
+            seen.add(id(value))
+            out.append((name, value))
+    return out
+
+
 def checkpoint_named_tensors(model: torch.nn.Module, replace: dict[str, torch.Tensor] | None = None) -> NamedTensors:
     """The model's weights under its HF checkpoint names, which vLLM's `load_weights` takes (`checkpoint_cuts`:
     fused experts split into per-expert views, no copy); every other tensor of the state dict (parameters and
@@ -64,11 +76,7 @@ def checkpoint_named_tensors(model: torch.nn.Module, replace: dict[str, torch.Te
     same call, and a push sends the model bucket by bucket."""
     out: NamedTensors = []
     replace = replace or {}
-    seen: set[int] = set()
-    for name, value in model.state_dict(keep_vars=True).items():
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
+    for name, value in unique_state_entries(model):
         tensor = replace[name] if name in replace else value.data
         out.extend((served, cut(tensor)) for served, cut in checkpoint_cuts(name, tuple(tensor.shape)))
     return out

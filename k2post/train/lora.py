@@ -25,7 +25,13 @@ from typing import Any
 
 import torch
 
-from k2post.rollout.weight_update import NamedTensors, PushVerificationError, checkpoint_cuts, tensor_digests
+from k2post.rollout.weight_update import (
+    NamedTensors,
+    PushVerificationError,
+    checkpoint_cuts,
+    tensor_digests,
+    unique_state_entries,
+)
 from k2post.train.lora_config import LoRAConfig
 
 ADAPTER = "default"  # peft's adapter name
@@ -78,11 +84,9 @@ def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
     embeddings) appears once, under its first name (as `save_pretrained` writes it and vLLM loads it)."""
     layers = lora_layers(model)
     out: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, value in model.get_base_model().state_dict(keep_vars=True).items():
-        if ".lora_" in name or id(value) in seen:
+    for name, value in unique_state_entries(model.get_base_model()):
+        if ".lora_" in name:
             continue
-        seen.add(id(value))
         base, tensor = hf_name(name), value.data
         module = base.rsplit(".", 1)[0]
         if module in layers and base.endswith(".weight"):
