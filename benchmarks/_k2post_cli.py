@@ -7,7 +7,8 @@ root).
 A full benchmark runs every command in a child process, as a user would. `in_process=True` (the scripts' `--smoke`,
 the test suite's check that every step runs) runs the commands that hold no process-wide state (`config`, `model`,
 `synth`, `eval`, `critic`) through `k2post.cli.main` in this process instead: the same command line and code,
-without the 10-20 s of imports and interpreter teardown that are most of a smoke-sized step. `sft`
+without the 10-20 s of imports and interpreter teardown that are most of a smoke-sized step (also `rephrase`,
+`judge`). `sft`
 (torch.distributed) and `rl` (Ray) always get a child process, whose environment is the benchmark's own (what an
 in-process vLLM engine set, `VLLM_*`, is undone after each command). A failure stops the benchmark with the log's
 tail.
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_PROCESS_COMMANDS = frozenset({"config", "model", "synth", "eval", "critic"})
+IN_PROCESS_COMMANDS = frozenset({"config", "model", "synth", "eval", "critic", "rephrase", "judge"})
 
 
 def run_cli(args: Sequence[str], log: Path, in_process: bool = False) -> float:

@@ -16,6 +16,10 @@ Judges (`judge` config):
   words of the question, which restating claims nothing) occur in the best-matching context
   sentence and the two agree on negation (not/never/n't). It cannot see paraphrases;
   prefer the LLM judge when you can.
+- "trained": `TrainedModelJudge`, a sentence-level faithfulness model fine-tuned with `k2post judge train`
+  (k2post/judging/faithfulness_model.py; set `judge_model` to its out_dir): every sentence of a response is
+  scored in one batch, supported when P(supported) reaches the threshold picked on its dev pairs. K2's
+  faithfulness gym rewards with such a model; benchmarks/faithfulness_judge.py compares it with the fallback.
 - "llm": `LLMSentenceJudge` asks an `LLMClient` (k2post.llm.client) once per sentence "Is this
   sentence supported by the context? Answer yes/no" and parses the reply robustly. Pass the
   client to the constructor, or name a zero-argument factory as `judge_client_factory`
@@ -190,11 +194,35 @@ class LLMSentenceJudge:
         return SentenceVerdict(verdict, "" if verdict is not None else f"unparsed reply: {str(reply)[:ERROR_CHARS]!r}")
 
 
+class TrainedModelJudge:
+    """A fine-tuned sentence-level faithfulness model (`k2post judge train`), loaded once per process."""
+
+    name = "trained"
+
+    def __init__(self, path: str) -> None:
+        from k2post.judging.faithfulness_model import cached_trained_judge
+
+        self.model = cached_trained_judge(path)
+
+    def judge_many(self, context: str, sentences: list[str]) -> list[SentenceVerdict]:
+        """All sentences against the context in one batch."""
+        probs = self.model.supported_probs([(context, sentence) for sentence in sentences])
+        return [SentenceVerdict(prob >= self.model.threshold, f"p={prob:.2f}") for prob in probs]
+
+    def judge(self, context: str, sentence: str, question: str = "") -> SentenceVerdict:
+        return self.judge_many(context, [sentence])[0]
+
+
 class FaithfulnessConfig(EnvConfig):
     """Config of the `faithfulness` gym."""
 
-    judge: Literal["lexical_fallback", "llm"] = Field(
-        "lexical_fallback", description="Sentence judge: the lexical-overlap fallback, or an LLM via LLMClient."
+    judge: Literal["lexical_fallback", "trained", "llm"] = Field(
+        "lexical_fallback",
+        description="Sentence judge: the lexical-overlap fallback, a model from `k2post judge train` (judge_model), "
+        "or an LLM via LLMClient.",
+    )
+    judge_model: str | None = Field(
+        None, description="trained judge: a `k2post judge train` out_dir (or its model/ dir)."
     )
     overlap_threshold: float = Field(
         0.6, ge=0.0, le=1.0, description="lexical_fallback: least content-word overlap for a supported sentence."
@@ -243,6 +271,10 @@ class FaithfulnessEnv(Environment):
     def _make_judge(self, client: LLMClient | None) -> SentenceJudge:
         if self.config.judge == "lexical_fallback":
             return LexicalOverlapJudgeFallback(self.config.overlap_threshold)
+        if self.config.judge == "trained":
+            if not self.config.judge_model:
+                raise ValueError("faithfulness judge 'trained' needs judge_model: a `k2post judge train` out_dir")
+            return TrainedModelJudge(self.config.judge_model)
         if client is None and self.config.judge_client_factory:
             client = load_client_factory(self.config.judge_client_factory)
         if client is None:
@@ -271,6 +303,8 @@ class FaithfulnessEnv(Environment):
             )
 
     def _judge_all(self, context: str, question: str, sentences: list[str]) -> list[SentenceVerdict]:
+        if isinstance(self.judge, TrainedModelJudge):
+            return self.judge.judge_many(context, sentences[: self.config.max_sentences])
         return [self.judge.judge(context, sentence, question) for sentence in sentences[: self.config.max_sentences]]
 
     def score(self, task: Task, response: str) -> Reward:

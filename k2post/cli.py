@@ -33,10 +33,12 @@ COMMANDS: dict[str, Command] = {
     "envs": Command("envs", "`envs list`, `envs test [NAME ...]`: environments and their golden reward tests"),
     "serve": Command("serve", "serve a checkpoint with vLLM's OpenAI-compatible server"),
     "synth": Command("synth", "synthesize agentic SFT data (tasks with rubrics -> trajectories -> judge)"),
+    "rephrase": Command("rephrase", "rephrase documents chunk by chunk in other styles, fidelity-checked (K2)"),
     "sft": Command("sft", "supervised fine-tuning on chat data (MuonClip on DeepSpeed), e.g. synth output"),
     "rl": Command("rl", "colocated RL (K1.5 + PTX, MuonClip, vLLM rollouts); `rl --resume RUN_DIR` continues"),
     "eval": Command("eval", "held-out accuracy per environment of a model or run dir (vLLM, isolated scoring)"),
     "recipe": Command("recipe", "model, synth, SFT, eval, RL, eval, report end to end (what `make demo` runs)"),
+    "judge": Command("judge", "`judge train CONFIG`, `judge eval DIR`: the sentence-level faithfulness judge"),
     "critic": Command("critic", "`critic pairs MODEL ...`: on-policy (correct, wrong) answer pairs of a model"),
 }
 

@@ -51,4 +51,4 @@ def test_model_init_and_refuse_overwrite(tmp_path, capsys):
 
 def test_model_flavors_lists_them_all(capsys):
     assert main(["model", "flavors"]) == 0
-    assert capsys.readouterr().out.split() == ["qwen2-0.5b", "tiny-k2", "tiny-qwen2"]
+    assert capsys.readouterr().out.split() == ["nano-qwen2", "qwen2-0.5b", "tiny-k2", "tiny-qwen2"]

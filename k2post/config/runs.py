@@ -58,6 +58,8 @@ class DemoConfig(K2Config):
 from k2post.synth import config as _synth_config  # noqa: E402,F401
 from k2post.sft import config as _sft_config  # noqa: E402,F401
 from k2post.rl import run_config as _rl_config  # noqa: E402,F401
+from k2post.rephrase import config as _rephrase_config  # noqa: E402,F401
+from k2post.judging import faithfulness_config as _judge_config  # noqa: E402,F401
 
 
 @register_run_config

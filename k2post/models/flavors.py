@@ -112,6 +112,26 @@ def tiny_qwen2_config(vocab_size: int) -> Qwen2Config:
     )
 
 
+def nano_qwen2_config(vocab_size: int) -> Qwen2Config:
+    """Nano dense Qwen2 (hidden 128, 2 layers): 1,442,944 params at vocab 4096; small classifiers on CPU
+    (the faithfulness judge of `k2post judge train`)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=384,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+        dtype="float32",
+    )
+
+
 QWEN2_VOCAB_ROWS = 151_936  # Qwen2-0.5B's embedding rows (its tokenizer has 151,646 ids, the rest is padding)
 
 
@@ -172,6 +192,9 @@ def tiny_k2_config(vocab_size: int) -> DeepseekV3Config:
 
 
 register_flavor("tiny-qwen2", "dense Qwen2, hidden 256, 4 layers, GQA 4q/2kv heads of 64", tiny_qwen2_config)
+register_flavor(
+    "nano-qwen2", "dense Qwen2, hidden 128, 2 layers, GQA 4q/2kv heads of 32 (small judges)", nano_qwen2_config
+)
 register_flavor("tiny-k2", "K2-shaped DeepSeek-V3: MLA + MoE 8 routed/2 active/1 shared", tiny_k2_config)
 register_flavor(
     "qwen2-0.5b", "Qwen2-0.5B shape: hidden 896, 24 layers, GQA 14q/2kv, MLP 4864, tied, 151936 rows", qwen2_05b_config

@@ -39,7 +39,7 @@ from k2post.rl.losses import (
     weight_matrix,
 )
 from k2post.rl.routing_replay import RoutingReplay, RoutingStats, moe_gates, recorded_batch
-from k2post.rl.ptx_rows import ptx_row_domains, select_ptx_rows
+from k2post.rl.ptx_rows import load_ptx_rows
 from k2post.rl.run_config import RLConfig
 
 log = logging.getLogger(__name__)
@@ -157,22 +157,7 @@ class RLTrainerWorker:
     def _load_ptx(self) -> list[Any]:
         if self.cfg.loss.ptx_coef == 0:
             return []
-        from k2post.sft.config import SFTDataConfig
-        from k2post.sft.data import load_sft_data
-        from k2post.sft.packing import pack_examples
-
-        data_cfg = SFTDataConfig(
-            path=self.cfg.loss.ptx_data,
-            eval_fraction=0.0,
-            packing=False,
-            max_seq_len=self.cfg.rollout.engine.max_model_len,
-        )
-        data = load_sft_data(data_cfg, self.tokenizer)
-        if not data.train:
-            raise ValueError(f"loss.ptx_data {self.cfg.loss.ptx_data!r} has no usable rows")
-        row_domains = ptx_row_domains(self.cfg.loss.ptx_data, data.report.rows)
-        chosen = select_ptx_rows(data.train, row_domains, self.cfg.loss.ptx_domains, self.cfg.seed)
-        return pack_examples(chosen, data_cfg.max_seq_len, False)
+        return load_ptx_rows(self.cfg.loss, self.tokenizer, self.cfg.rollout.engine.max_model_len, self.cfg.seed)
 
     def _make_sender(self):
         from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender

@@ -199,9 +199,22 @@ def exchange_ends(messages: Sequence[Message]) -> list[int]:
     return [*ends, len(messages)]
 
 
+def text_example(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataConfig) -> Example:
+    """A plain-text row (`text`, no `messages`): its tokens + end of text, every token trained."""
+    text = row.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise RowError(f"text: expected a non-empty string, got {str(text)[:60]!r}")
+    ids = [*tokenizer.encode(text, add_special_tokens=False), int(tokenizer.eos_token_id)]
+    if len(ids) > cfg.max_seq_len:
+        raise RowError(f"{len(ids)} tokens > data.max_seq_len {cfg.max_seq_len} (rows are never truncated)")
+    return Example(tuple(ids), (1,) * len(ids), index, str(row["id"]))
+
+
 def row_examples(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataConfig) -> list[Example]:
     """The row's examples: one, or with reasoning_history: split, one per exchange whose reasoning a later user
-    message hides (ids `ID`, `ID#x1`, ...; the last is the whole dialogue)."""
+    message hides (ids `ID`, `ID#x1`, ...; the last is the whole dialogue). A text row is one example."""
+    if row.get("messages") is None and row.get("text") is not None:
+        return [text_example(row, index, tokenizer, cfg)]
     dialogue, tools = row_dialogue(row, cfg.tool_call_ids)
     ends = exchange_ends(dialogue) if cfg.reasoning_history == "split" else [len(dialogue)]
     examples = [_example(dialogue[:end], tools, index, str(row["id"]), tokenizer, cfg) for end in ends]

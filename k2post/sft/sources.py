@@ -4,8 +4,11 @@ OpenAI / TRL conversational format, with a column mapping. Used by SFT (`data.pa
     rows = open_dataset("runs/synth/dataset")                                # k2post synth's output
     rows = open_dataset("chats.jsonl")                                       # {"messages": [...], "tools": [...]}
     rows = open_dataset("hf_dir", columns={"messages": "conversations"})    # the dataset's names for ours
+    rows = open_dataset("runs/rephrase/dataset")                             # text rows: {"id", "text"}
 
-Every row comes back as a dict with k2post's column names (`id`, `messages`, `tools`, `domain`, ...):
+Every row comes back as a dict with k2post's column names (`id`, `messages`, `tools`, `text`, `domain`, ...):
+- a row is a dialogue (`messages`) or plain text (`text`, no `messages`: trained on every token, e.g. the
+  rephrased knowledge documents of `k2post rephrase`);
 - `messages` / `tools` may be JSON text (what `k2post synth` writes) or lists of dicts (TRL, OpenAI);
   keys whose value is null are dropped (Arrow fills every struct field in), and OpenAI content parts
   (`[{"type": "text", "text": ...}]`) are joined into one string;
@@ -23,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-OUR_COLUMNS = ("id", "messages", "tools", "domain", "metadata", "verdict")
+OUR_COLUMNS = ("id", "messages", "tools", "text", "domain", "metadata", "verdict")
 PROBLEM_KEY = "_row_problem"  # set on a row that could not be read (bad JSONL line); the row then fails
 
 
@@ -89,15 +92,24 @@ def _hf_rows(path: Path, limit: int | None) -> list[dict]:
 
 
 def _check_columns(path: Path, rows: list[dict], columns: dict[str, str]) -> None:
-    """The mapped columns, and `messages` (under its mapped name), exist in the data."""
+    """The mapped columns, and `messages` or `text` (under its mapped name), exist in the data."""
     unknown = sorted(set(columns) - set(OUR_COLUMNS))
     if unknown:
         raise SFTDataError(f"data.columns: unknown key(s) {unknown}; map these of ours: {list(OUR_COLUMNS)}")
     present = {key for row in rows[:100] if PROBLEM_KEY not in row for key in row}
-    wanted = {ours: columns.get(ours, ours) for ours in ("messages", *columns)}
+    body = (
+        "text"
+        if columns.get("text", "text") in present and columns.get("messages", "messages") not in present
+        else "messages"
+    )
+    wanted = {ours: columns.get(ours, ours) for ours in (body, *columns)}
     missing = sorted({theirs for theirs in wanted.values() if theirs not in present})
     if rows and present and missing:
-        hint = "" if columns else " (map yours with data.columns, e.g. {messages: conversations})"
+        hint = (
+            ""
+            if columns
+            else " (rows need `messages` or `text`; map yours with data.columns, e.g. {messages: conversations})"
+        )
         raise SFTDataError(f"data.path {str(path)!r}: missing column(s) {missing} (has {sorted(present)}){hint}")
 
 
@@ -118,7 +130,11 @@ def _canonical(row: dict[str, Any], columns: dict[str, str]) -> dict[str, Any]:
         if isinstance(out[key], list):
             out[key] = [_clean(item) for item in out[key]]
     if out["id"] is None or out["id"] == "":
-        out["id"] = derived_id(out["messages"], out["tools"])
+        out["id"] = (
+            derived_id(out["messages"], out["tools"])
+            if out["messages"] is not None or out["text"] is None
+            else derived_id(out["text"], None)
+        )
     return out
 
 

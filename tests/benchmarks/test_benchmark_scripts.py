@@ -24,6 +24,7 @@ CASES = {
         ["--smoke"],
         {"agreement_before", "agreement_after", "math_before", "math_after", "pairs"},
     ),
+    "faithfulness_judge.py": (["--smoke"], {"judge_acc", "lexical_acc", "pairs", "per_kind"}),
     "muon_step.py": (["--smoke"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
@@ -36,6 +37,10 @@ CASES = {
             "router_disagree_replay",
             "verify_cost_ratio",
         },
+    ),
+    "rephrase_ablation.py": (
+        ["--smoke"],
+        {"acc_original_10ep", "acc_1rephrase_10ep", "acc_10rephrase_1ep", "seeds", "start_acc"},
     ),
     "rollout.py": (["--smoke"], {"vllm_tok_s", "hf_tok_s", "speedup", "push_ms", "rebuild_ms"}),
     "scale.py": (
@@ -75,6 +80,8 @@ TOGETHER = [
         "weight_sync.py",
         "sandbox_backends.py",
         "rl_consistency.py",
+        "faithfulness_judge.py",
+        "rephrase_ablation.py",
     ),
 ]
 GROUPS = [*TOGETHER, *((script,) for script in sorted(CASES) if not any(script in group for group in TOGETHER))]
@@ -84,7 +91,15 @@ def _command(script: str, out: Path) -> list[str]:
     args, _ = CASES[script]
     extra = (
         ["--out", str(out)]
-        if script in ("qk_clip_stress.py", "rl_vs_trl.py", "critic_calibration.py", "scale.py")
+        if script
+        in (
+            "qk_clip_stress.py",
+            "rl_vs_trl.py",
+            "critic_calibration.py",
+            "scale.py",
+            "faithfulness_judge.py",
+            "rephrase_ablation.py",
+        )
         else []
     )
     return [sys.executable, str(ROOT / "benchmarks" / script), *args, *extra]

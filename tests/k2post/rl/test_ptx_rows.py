@@ -55,3 +55,32 @@ def test_row_domains_read_from_the_dataset(tmp_path) -> None:
     Dataset.from_dict({k: v for k, v in rows.items() if k != "domain"}).save_to_disk(str(tmp_path / "without"))
     assert ptx_row_domains(str(tmp_path / "with"), 2) == ["calculator", ""]
     assert ptx_row_domains(str(tmp_path / "without"), 2) == ["", ""]
+
+
+def test_rephrased_knowledge_is_ptx_data(tmp_path, tiny_qwen2_dir) -> None:
+    """`k2post rephrase` output (text rows) mixed with chat rows: `ptx_domains: [rephrase]` trains on the documents'
+    every token, what configs/rl_ptx_rephrased.yaml sets up."""
+    import json
+
+    from datasets import Dataset, load_from_disk
+
+    from k2post.config.registry import load_run_config
+    from k2post.models.loading import load_tokenizer
+    from k2post.rephrase.pipeline import run_rephrase
+    from k2post.rl.ptx_rows import load_ptx_rows
+
+    rephrase = load_run_config(
+        "configs/rephrase_demo.yaml", [f"out_dir={tmp_path / 'r'}", "input.synthetic_entities=6"]
+    )
+    run_rephrase(rephrase)
+    rows = load_from_disk(str(tmp_path / "r" / "dataset")).to_list()
+    chat = {"id": "chat0", "domain": "gym:math", "messages": json.dumps([
+        {"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}])}  # fmt: skip
+    mixed = [{"id": r["id"], "text": r["text"], "domain": r["domain"]} for r in rows] + [chat]
+    Dataset.from_list(mixed).save_to_disk(str(tmp_path / "mix"))
+    rl = load_run_config("configs/rl_ptx_rephrased.yaml", [f"loss.ptx_data={tmp_path / 'mix'}"])
+    packed = load_ptx_rows(rl.loss, load_tokenizer(tiny_qwen2_dir), max_seq_len=512, seed=0)
+    assert len(packed) == len(rows) == 6 * 4  # 6 documents: the original + 3 rewrites each; the chat row left out
+    tokenizer = load_tokenizer(tiny_qwen2_dir)
+    assert {tokenizer.decode(r.input_ids[:-1]) for r in packed} == {r["text"] for r in rows}
+    assert all(sum(label != -100 for label in r.labels) == len(r.input_ids) - 1 for r in packed)  # every next token

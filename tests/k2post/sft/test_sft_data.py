@@ -202,7 +202,7 @@ def test_too_many_bad_rows_fail_the_dataset(bad_dataset, sft_tokenizer):
 def test_dataset_level_errors(tmp_path, sft_tokenizer):
     with pytest.raises(SFTDataError, match="is not a file or directory"):
         load_sft_data(_config(tmp_path / "missing"), sft_tokenizer)
-    path = write_dataset([{"id": "a", "text": "no messages column"}], tmp_path / "cols")
+    path = write_dataset([{"id": "a", "body": "no messages column"}], tmp_path / "cols")
     with pytest.raises(SFTDataError, match=r"missing column\(s\) \['messages'\]"):
         load_sft_data(_config(path), sft_tokenizer)
     (tmp_path / "plain").mkdir()

@@ -82,8 +82,8 @@ def test_hf_dataset_of_dict_lists_with_a_column_mapping(tmp_path, sft_tokenizer)
     assert [e.id for e in data.train] == ["u0", "u1", "u2"]
     with pytest.raises(SFTDataError, match=r"missing column\(s\) \['messages'\] .*map yours with data.columns"):
         load_sft_data(_config(path), sft_tokenizer)
-    with pytest.raises(SFTDataError, match=r"data.columns: unknown key\(s\) \['text'\]"):
-        load_sft_data(_config(path, columns={"text": "conversations"}), sft_tokenizer)
+    with pytest.raises(SFTDataError, match=r"data.columns: unknown key\(s\) \[.body.\]"):
+        load_sft_data(_config(path, columns={"body": "conversations"}), sft_tokenizer)
 
 
 def test_bad_jsonl_lines_are_bad_rows_naming_file_and_line(tmp_path, sft_tokenizer):
@@ -103,3 +103,16 @@ def test_a_directory_of_jsonl_files_is_read_in_name_order(tmp_path):
     rows = open_dataset(tmp_path / "d")
     assert [r["messages"][0]["content"] for r in rows] == ["Weather in A?", "Weather in A2?", "Weather in B?"]
     assert len(open_dataset(tmp_path / "d", limit=2)) == 2
+
+
+def test_text_rows_train_on_every_token_and_mix_with_dialogues(tmp_path, sft_tokenizer):
+    """Plain-text rows (k2post rephrase's output): the text + end of text, every token in the loss."""
+    rows = [{"id": "doc#r1", "text": "Kalo was born in 1931. Kalo lives in Renvel."}, {"text": "No id here."}]
+    data = load_sft_data(_config(_jsonl(tmp_path / "docs.jsonl", rows)), sft_tokenizer)
+    first = data.train[0]
+    assert [e.id for e in data.train][0] == "doc#r1" and data.train[1].id.startswith("row-")
+    assert set(first.loss_mask) == {1} and first.input_ids[-1] == sft_tokenizer.eos_token_id
+    assert sft_tokenizer.decode(first.input_ids[:-1]) == rows[0]["text"]
+    mixed = [trl_row("Oslo"), {"id": "t", "text": "Short text."}, {"id": "bad", "text": ""}]
+    data = load_sft_data(_config(_jsonl(tmp_path / "mixed.jsonl", mixed), max_bad_fraction=0.5), sft_tokenizer)
+    assert len(data.train) == 2 and "text: expected a non-empty string" in str(data.report.bad_rows[0])

@@ -2,7 +2,8 @@
 
 The tiny model writes junk, so trajectories get rejected — what is tested is the seam: the HTTP
 LLMClient drives the agent, the user and tool simulators and the judge, replies are parsed without
-eval, and junk ends up as recorded rejects instead of crashes.
+eval, and junk ends up as recorded rejects instead of crashes. The rephraser's LLM rewriter and judge
+(`k2post rephrase`, backend llm) share the server: junk rewrites end up dropped and counted.
 """
 
 from __future__ import annotations
@@ -104,3 +105,31 @@ def test_own_prompts_continued_and_judged_by_the_llm(tmp_path, client_cfg):
     for row in written:
         assert row["id"].startswith("mine/row-") and row["messages"][0]["role"] == "user"
         assert row["verdict"]["accepted"] or row["verdict"]["reasons"]  # junk is a recorded reject
+
+
+def test_rephrase_rewrites_and_judges_through_the_server(tmp_path, client_cfg):
+    """`k2post rephrase` with backend llm and fidelity_judge llm on the same server: junk rewrites are dropped and
+    counted (dropped.jsonl), nothing crashes, the dataset is written; the judge call itself (reached only by a rewrite
+    that passes the checks, which junk never does) is asked directly."""
+    from datasets import load_from_disk
+
+    from k2post.rephrase.config import RephraseConfig
+    from k2post.rephrase.fidelity import LLMChunkJudge
+    from k2post.rephrase.pipeline import run_rephrase
+
+    with HTTPLLMClient(client_cfg) as client:
+        verdict = LLMChunkJudge(client, max_tokens=8).judge("Tor has 12 cats.", "Tor owns 12 cats.")
+    assert verdict.reason.startswith(("judge: ", "unparseable judge reply"))  # junk is a verdict, not a crash
+
+    docs = tmp_path / "docs.jsonl"
+    rows = [{"id": "a", "text": "Kalo was born in 1931. Kalo lives in Minal."}, {"id": "b", "text": "Tor has 12 cats."}]
+    docs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    cfg = RephraseConfig(
+        out_dir=str(tmp_path / "out"), input={"path": str(docs)}, backend="llm", fidelity_judge="llm", llm=client_cfg,
+        llm_sampling={"temperature": 0.7, "max_tokens": 16, "judge_max_tokens": 8}, max_retries=0, chunk_tokens=16,
+    )  # fmt: skip
+    stats = run_rephrase(cfg)
+    dropped = (tmp_path / "out" / "dropped.jsonl").read_text().splitlines()
+    assert stats["documents"] == 2 and stats["rewrites_kept"] + stats["rewrites_dropped"] == 2
+    assert len(dropped) == stats["rewrites_dropped"] and all(json.loads(line)["reason"] for line in dropped)
+    assert len(load_from_disk(str(tmp_path / "out" / "dataset"))) == stats["rewrites_kept"]

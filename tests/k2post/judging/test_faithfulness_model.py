@@ -1,0 +1,116 @@
+"""The trained faithfulness judge (k2post/judging/faithfulness_model.py, `k2post judge`): pure pieces on tables, a
+few real training steps of a nano model through the command, loading it in the faithfulness gym.
+Run: python -m pytest tests/k2post/judging/test_faithfulness_model.py -q
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from k2post.judging.faithfulness_model import (
+    JudgeModelError,
+    best_threshold,
+    fit_source,
+    judge_loss,
+    load_trained_judge,
+    lr_at,
+    pad_batch,
+)
+
+WORDS = lambda text: len(text.split())  # noqa: E731
+
+
+K1, K2, M = "Kalo was born in 1931.", "Kalo lives in Renvel.", "Mira works for Zotor."
+
+
+@pytest.mark.parametrize(
+    "source, claim, budget, expected",
+    [
+        (f"{K1} {K2}", K2, 100, f"{K1} {K2}"),
+        (f"{K1} {K2} {M}", K2, 5, K2),
+        (f"A b c. {K2} {K1}", "Kalo was born in Renvel.", 11, f"{K2} {K1}"),
+        ("One two three four five six.", "x", 3, ""),
+    ],
+)
+def test_fit_source_keeps_the_closest_sentences_in_order(source, claim, budget, expected):
+    assert fit_source(source, claim, WORDS, budget) == expected
+
+
+def test_pad_batch_right_pads_and_points_at_the_last_real_token():
+    ids, mask, last = pad_batch([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert last.tolist() == [2, 0]
+
+
+@pytest.mark.parametrize(
+    "step, steps, warmup, expected", [(0, 100, 10, 0.1), (9, 100, 10, 1.0), (10, 100, 10, 1.0), (100, 100, 10, 0.1)]
+)
+def test_lr_warms_up_then_decays_to_a_tenth(step, steps, warmup, expected):
+    assert lr_at(step, steps, warmup, 1.0) == pytest.approx(expected)
+
+
+def test_best_threshold_and_loss():
+    assert best_threshold([0.9, 0.8, 0.3, 0.2], [True, True, False, False]) == (0.5, 1.0)
+    assert best_threshold([0.9, 0.2, 0.15, 0.1], [True, True, False, False]) == (0.2, 1.0)
+    margin, labels = torch.tensor([6.0, -6.0]), torch.tensor([1, 0])
+    assert judge_loss(margin, labels) < 0.01 < judge_loss(-margin, labels)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A nano judge trained 12 steps by `k2post judge train` (too short to be good: the seams are tested)."""
+    from k2post_pipelines.judge import main
+
+    out = tmp_path_factory.mktemp("judge")
+    overrides = [
+        f"out_dir={out}", f"model.path={out / 'base'}", "model.flavor=nano-qwen2", "data.train_entities=20",
+        "data.train_pairs=100", "data.dev_entities=10", "data.dev_pairs=40", "train.steps=12", "train.batch_size=8",
+        "train.warmup_steps=2", "train.eval_every=6", "progress_bar=false",
+    ]  # fmt: skip
+    assert main(["train", "configs/faithfulness_judge.yaml", *overrides]) == 0
+    return out
+
+
+def test_training_saves_the_best_dev_step_with_its_threshold(trained, capsys):
+    meta = json.loads((trained / "model" / "judge.json").read_text())
+    assert meta["best_step"] in (6, 12) and 0.05 <= meta["threshold"] <= 0.95 and 0 <= meta["dev_acc"] <= 1
+    records = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 13)) and "dev_acc" in records[5]
+    judge = load_trained_judge(trained)
+    probs = judge.supported_probs([("Kalo was born in 1931.", "Kalo was born in 1931.")] * 3)
+    assert len(probs) == 3 and all(0 < p < 1 for p in probs) and len(set(probs)) == 1
+
+
+def test_eval_prints_both_judges_per_kind(trained, capsys):
+    from k2post_pipelines.judge import main
+
+    assert main(["eval", str(trained), "--entities", "12", "--pairs", "60"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["pairs"] == 60 and 0 <= report["judge_acc"] <= 1 and 0 <= report["lexical_acc"] <= 1
+    assert report["lexical_acc/negation"] is not None and "judge_acc/extra_claim" in report
+
+
+def test_the_gym_scores_sentences_with_the_trained_judge(trained):
+    from k2post_environments.faithfulness import FaithfulnessConfig, FaithfulnessEnv
+
+    env = FaithfulnessEnv(FaithfulnessConfig(judge="trained", judge_model=str(trained)))
+    task = next(env.tasks("train", seed=0))
+    reward = env.score(task, "The answer is here. It has two sentences.")
+    assert reward.info["judge"] == "trained" and 0 <= reward.value <= 1 and reward.error is None
+    assert all(detail.startswith("p=") for detail in reward.info["details"])
+    with pytest.raises(ValueError, match="needs judge_model"):
+        FaithfulnessEnv(FaithfulnessConfig(judge="trained"))
+
+
+def test_bad_judge_paths_and_configs_are_one_line(tmp_path, capsys):
+    from k2post_pipelines.judge import main
+
+    with pytest.raises(JudgeModelError, match="not a trained faithfulness judge"):
+        load_trained_judge(tmp_path)
+    assert main(["eval", str(tmp_path)]) == 2
+    assert main(["train", "configs/faithfulness_judge.yaml", "train.steps=5", "train.warmup_steps=5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "not a trained faithfulness judge" in err[0] and "lower warmup_steps" in err[-1] and len(err) == 2
