@@ -42,10 +42,13 @@ def _train(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     console, progress = _progress(cfg)
     with progress, open(out / "metrics.jsonl", "w") as metrics:
-        task = progress.add_task("train", total=cfg.train.steps, note="")
+        task = progress.add_task("train", total=cfg.train.lm_steps + cfg.train.steps, note="")
 
         def log(record: dict[str, Any]) -> None:
             metrics.write(json.dumps(record) + "\n")
+            if "lm_step" in record:
+                progress.update(task, advance=1, note=f"LM loss {record['lm_loss']:.3f}")
+                return
             note = f"loss {record['loss']:.3f}"
             if "dev_acc" in record:
                 note += f" dev acc {record['dev_acc']:.3f}"

@@ -34,7 +34,16 @@ class JudgeDataConfig(K2Config):
 class JudgeTrainLoopConfig(K2Config):
     """The fine-tuning loop (AdamW on a yes/no label token; see docs/REPHRASE.md)."""
 
-    steps: int = Field(1500, ge=1, description="Optimizer steps.")
+    lm_steps: int = Field(
+        0,
+        ge=0,
+        description="Language-model steps first (next-token loss on the train corpus's documents in `lm_wordings` "
+        "wordings): a model that has read such text learns the judge's matching faster (0: start classifying at once).",
+    )
+    lm_wordings: int = Field(
+        20, ge=1, description="Wordings of each train document in the LM phase (0 = the original)."
+    )
+    steps: int = Field(1500, ge=1, description="Classification steps (after the LM steps).")
     batch_size: int = Field(32, ge=1, description="Pairs per step.")
     lr: float = Field(1e-3, gt=0, description="Peak AdamW learning rate (linear warmup, cosine decay to 10%).")
     warmup_steps: int = Field(50, ge=0, description="Linear warmup steps.")

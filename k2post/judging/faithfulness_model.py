@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from k2post.judging.faithfulness_config import JudgeTrainConfig
 from k2post.judging.faithfulness_pairs import KINDS, JudgePair, make_pairs
 from k2post.rephrase.chunking import split_sentences
-from k2post.rephrase.corpus import build_corpus
+from k2post.rephrase.corpus import build_corpus, render_rewrite
 
 PROMPT = "Claim: {sentence}\nEvidence: {source}\nClaim: {sentence}\nSupported:"
 LABEL_TEXTS = (" yes", " no")
@@ -252,6 +252,39 @@ def _step(judge: TrainedSentenceJudge, batch: Sequence[JudgePair], optimizer: to
     return float(loss.detach())
 
 
+def lm_documents(cfg: JudgeTrainConfig) -> list[str]:
+    """The LM phase's text: every train-corpus document in `lm_wordings` wordings."""
+    corpus = build_corpus(cfg.data.train_entities, cfg.data.corpus_seed)
+    return [render_rewrite(entity, k) for k in range(cfg.train.lm_wordings) for entity in corpus]
+
+
+def _lm_step(judge: TrainedSentenceJudge, texts: Sequence[str], optimizer: torch.optim.Optimizer) -> float:
+    """One next-token step on `texts` (each + end of text; padding out of the loss)."""
+    eos = int(judge.tokenizer.eos_token_id)
+    seqs = [[*judge.tokenizer.encode(t, add_special_tokens=False)[: judge.max_seq_len - 1], eos] for t in texts]
+    ids_BT, mask_BT, _ = pad_batch(seqs, judge.pad_id)
+    loss = judge.model(input_ids=ids_BT, attention_mask=mask_BT, labels=ids_BT.masked_fill(mask_BT == 0, -100)).loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(judge.model.parameters(), 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def _lm_phase(judge: TrainedSentenceJudge, cfg: JudgeTrainConfig, log: Callable[[dict[str, Any]], None] | None) -> None:
+    """`lm_steps` next-token steps on the corpus documents (own AdamW, warmup and cosine decay)."""
+    if cfg.train.lm_steps == 0:
+        return
+    docs, rng, loop = lm_documents(cfg), random.Random(cfg.seed + 1), cfg.train
+    optimizer = torch.optim.AdamW(judge.model.parameters(), lr=loop.lr, weight_decay=loop.weight_decay)
+    for step in range(loop.lm_steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, loop.lm_steps, min(loop.warmup_steps, loop.lm_steps - 1), loop.lr)
+        loss = _lm_step(judge, rng.sample(docs, min(loop.batch_size, len(docs))), optimizer)
+        if log is not None:
+            log({"lm_step": step + 1, "lm_loss": loss})
+
+
 def _dev_check(judge: TrainedSentenceJudge, dev: Sequence[JudgePair]) -> tuple[float, float]:
     judge.model.eval()
     probs = judge.supported_probs([(p.source, p.sentence) for p in dev])
@@ -280,6 +313,7 @@ def train_judge(cfg: JudgeTrainConfig, log: Callable[[dict[str, Any]], None] | N
         torch.set_num_threads(cfg.train.threads)
     train, dev = _pairs(cfg)
     judge = _start(cfg)
+    _lm_phase(judge, cfg, log)
     optimizer = torch.optim.AdamW(judge.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     rng, order, best = random.Random(cfg.seed), [], (-1.0, 0.5, None, 0)
     started = time.monotonic()

@@ -61,14 +61,14 @@ def test_best_threshold_and_loss():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A nano judge trained 12 steps by `k2post judge train` (too short to be good: the seams are tested)."""
+    """A nano judge trained 3 LM + 12 steps by `k2post judge train` (too short to be good: the seams are tested)."""
     from k2post_pipelines.judge import main
 
     out = tmp_path_factory.mktemp("judge")
     overrides = [
         f"out_dir={out}", f"model.path={out / 'base'}", "model.flavor=nano-qwen2", "data.train_entities=20",
         "data.train_pairs=100", "data.dev_entities=10", "data.dev_pairs=40", "train.steps=12", "train.batch_size=8",
-        "train.warmup_steps=2", "train.eval_every=6", "progress_bar=false",
+        "train.warmup_steps=2", "train.eval_every=6", "train.lm_steps=3", "train.lm_wordings=2", "progress_bar=false",
     ]  # fmt: skip
     assert main(["train", "configs/faithfulness_judge.yaml", *overrides]) == 0
     return out
@@ -78,7 +78,8 @@ def test_training_saves_the_best_dev_step_with_its_threshold(trained, capsys):
     meta = json.loads((trained / "model" / "judge.json").read_text())
     assert meta["best_step"] in (6, 12) and 0.05 <= meta["threshold"] <= 0.95 and 0 <= meta["dev_acc"] <= 1
     records = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(1, 13)) and "dev_acc" in records[5]
+    assert [r["lm_step"] for r in records[:3]] == [1, 2, 3] and all(r["lm_loss"] > 0 for r in records[:3])
+    assert [r["step"] for r in records[3:]] == list(range(1, 13)) and "dev_acc" in records[3 + 5]
     judge = load_trained_judge(trained)
     probs = judge.supported_probs([("Kalo was born in 1931.", "Kalo was born in 1931.")] * 3)
     assert len(probs) == 3 and all(0 < p < 1 for p in probs) and len(set(probs)) == 1
