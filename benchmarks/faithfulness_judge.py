@@ -1,7 +1,8 @@
 """Benchmark: the trained sentence-level faithfulness judge vs the lexical-overlap fallback, on held-out pairs.
 
-Run: `python benchmarks/faithfulness_judge.py [--seeds 0 1 2] [--out runs/faithfulness_judge] [--smoke]` (repo root).
-Per seed: `k2post judge train configs/faithfulness_judge.yaml seed=S` (train pairs from one corpus of invented
+Run: `python benchmarks/faithfulness_judge.py [--seeds 0 1 2] [--out runs/faithfulness_judge] [--smoke]
+[key.path=value ...]` (repo root; the overrides go to every `judge train`, e.g. `train.threads=1` beside other work).
+Per seed: `k2post judge train configs/judge_faithfulness.yaml seed=S` (train pairs from one corpus of invented
 entities, dev pairs from another: the step and the threshold are picked on dev), then both judges label the same
 test pairs, drawn from a third corpus no setting saw (`k2post judge eval`: every perturbation kind; half the pairs
 are supported). Prints accuracy per kind and per seed, the mean +- std over seeds, then one JSON line:
@@ -37,7 +38,7 @@ def train(seed: int, out: Path, extra: list[str]) -> float:
         return 0.0
     started = time.monotonic()
     overrides = [f"out_dir={out}", f"model.path={out / 'base'}", f"model.seed={seed}", f"seed={seed}"]
-    if main(["train", "configs/faithfulness_judge.yaml", *overrides, "progress_bar=false", *extra]) != 0:
+    if main(["train", "configs/judge_faithfulness.yaml", *overrides, "progress_bar=false", *extra]) != 0:
         raise SystemExit(f"faithfulness_judge: training failed for seed {seed} ({out})")
     return (time.monotonic() - started) / 60
 
@@ -67,6 +68,7 @@ def main() -> int:
     parser.add_argument("--out", default="runs/faithfulness_judge")
     parser.add_argument("--pairs", type=int, default=1200, help="test pairs per seed (default 1200)")
     parser.add_argument("--smoke", action="store_true", help="a few steps on a few pairs, one seed")
+    parser.add_argument("overrides", nargs="*", default=[], help="key.path=value overrides of judge train")
     args = parser.parse_args()
     from k2post_pipelines.judge import held_out_report
 
@@ -74,7 +76,7 @@ def main() -> int:
     reports, minutes = [], []
     for seed in seeds:
         out = Path(args.out) / f"seed{seed}"
-        minutes.append(train(seed, out, SMOKE if args.smoke else []))
+        minutes.append(train(seed, out, [*(SMOKE if args.smoke else []), *args.overrides]))
         pairs = 60 if args.smoke else args.pairs
         reports.append(held_out_report(str(out), 12 if args.smoke else 100, pairs, seed))
         r = reports[-1]

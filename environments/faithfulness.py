@@ -10,12 +10,11 @@ the context" or not, and the reward is supported / judged. Sentences without con
 judged: the rest count as unsupported, so rambling does not pay.
 
 Judges (`judge` config):
-- "lexical_fallback" (default): `LexicalOverlapJudgeFallback`, a crude stand-in used until an
-  HTTP LLM client exists: a sentence is supported when at least `overlap_threshold` of its
-  claim words (content words: lowercased, stopwords dropped, -s/-es/-ed/-ing folded; minus
-  words of the question, which restating claims nothing) occur in the best-matching context
-  sentence and the two agree on negation (not/never/n't). It cannot see paraphrases;
-  prefer the LLM judge when you can.
+- "lexical_fallback" (default): `LexicalOverlapJudgeFallback`, a crude stand-in needing no model: a
+  sentence is supported when at least `overlap_threshold` of its claim words (content words:
+  lowercased, stopwords dropped, -s/-es/-ed/-ing folded; minus words of the question, which
+  restating claims nothing) occur in the best-matching context sentence and the two agree on
+  negation (not/never/n't). It cannot see paraphrases; prefer a trained or LLM judge when you can.
 - "trained": `TrainedModelJudge`, a sentence-level faithfulness model fine-tuned with `k2post judge train`
   (k2post/judging/faithfulness_model.py; set `judge_model` to its out_dir): every sentence of a response is
   scored in one batch, supported when P(supported) reaches the threshold picked on its dev pairs. K2's

@@ -1,7 +1,7 @@
 """`k2post judge train CONFIG`: fine-tune a small model into a sentence-level faithfulness judge; `k2post judge eval
 JUDGE_DIR`: its held-out accuracy per perturbation kind beside the lexical fallback's.
 
-    k2post judge train configs/faithfulness_judge.yaml out_dir=runs/judge       # -> runs/judge/model (+ judge.json)
+    k2post judge train configs/judge_faithfulness.yaml out_dir=runs/judge       # -> runs/judge/model (+ judge.json)
     k2post judge eval runs/judge --entities 100 --pairs 1200 --seed 7              # test pairs of unseen entities
     python -m k2post_pipelines.judge train CONFIG                                 # the same
 
@@ -37,7 +37,7 @@ def _train(args: argparse.Namespace) -> int:
     from k2post.config.registry import load_run_config
     from k2post.judging.faithfulness_model import train_judge
 
-    cfg = load_run_config(args.file, args.overrides, expected_kind="faithfulness_judge")
+    cfg = load_run_config(args.file, args.overrides, expected_kind="judge")
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     console, progress = _progress(cfg)
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("judge", "the sentence-level faithfulness judge: train, evaluate")
     sub = parser.add_subparsers(dest="judge_cmd", required=True)
     train = sub.add_parser("train", help="fine-tune a small model on synthetic (source, sentence) pairs")
-    add_config_arguments(train, "faithfulness_judge", "configs/faithfulness_judge.yaml")
+    add_config_arguments(train, "judge", "configs/judge_faithfulness.yaml")
     train.set_defaults(func=_train)
     evaluate = sub.add_parser("eval", help="held-out accuracy per perturbation kind, beside the lexical fallback")
     evaluate.add_argument("judge", help="a `judge train` out_dir (or its model/ dir)")

@@ -1,7 +1,7 @@
-"""Config of `k2post judge train CONFIG` (YAML `kind: faithfulness_judge`): a sentence-level faithfulness judge
+"""Config of `k2post judge train CONFIG` (YAML `kind: judge`): a sentence-level faithfulness judge
 fine-tuned on (source, sentence) pairs synthesized from the knowledge corpus (k2post/judging/faithfulness_pairs.py).
 
-    kind: faithfulness_judge
+    kind: judge
     out_dir: runs/judge
     model: {flavor: tiny-qwen2, path: runs/judge/base}   # or any HF causal LM dir (flavor: null)
     data: {train_entities: 300, train_pairs: 20000}
@@ -70,9 +70,7 @@ class JudgeTrainLoopConfig(K2Config):
 class JudgeTrainConfig(K2Config):
     """Fine-tune a small causal LM into a sentence-level faithfulness judge."""
 
-    kind: Literal["faithfulness_judge"] = Field(
-        "faithfulness_judge", description="Run config kind; must be 'faithfulness_judge'."
-    )
+    kind: Literal["judge"] = Field("judge", description="Run config kind; must be 'judge'.")
     out_dir: str = Field("runs/judge", description="Writes model/ (HF dir + judge.json) and metrics.jsonl here.")
     seed: int = Field(0, description="Seed of torch and of the pair order.")
     model: ModelConfig = Field(

@@ -70,7 +70,7 @@ def trained(tmp_path_factory):
         "data.train_pairs=100", "data.dev_entities=10", "data.dev_pairs=40", "train.steps=12", "train.batch_size=8",
         "train.warmup_steps=2", "train.eval_every=6", "train.lm_steps=3", "train.lm_wordings=2", "progress_bar=false",
     ]  # fmt: skip
-    assert main(["train", "configs/faithfulness_judge.yaml", *overrides]) == 0
+    assert main(["train", "configs/judge_faithfulness.yaml", *overrides]) == 0
     return out
 
 
@@ -112,6 +112,6 @@ def test_bad_judge_paths_and_configs_are_one_line(tmp_path, capsys):
     with pytest.raises(JudgeModelError, match="not a trained faithfulness judge"):
         load_trained_judge(tmp_path)
     assert main(["eval", str(tmp_path)]) == 2
-    assert main(["train", "configs/faithfulness_judge.yaml", "train.steps=5", "train.warmup_steps=5"]) == 2
+    assert main(["train", "configs/judge_faithfulness.yaml", "train.steps=5", "train.warmup_steps=5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "not a trained faithfulness judge" in err[0] and "lower warmup_steps" in err[-1] and len(err) == 2
