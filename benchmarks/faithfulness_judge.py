@@ -27,7 +27,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SMOKE = ["data.train_entities=20", "data.train_pairs=100", "data.dev_entities=10", "data.dev_pairs=40",
-         "train.steps=6", "train.batch_size=8", "train.warmup_steps=2", "train.eval_every=3"]  # fmt: skip
+         "train.steps=6", "train.batch_size=8", "train.warmup_steps=2", "train.eval_every=3", "train.lm_steps=3",
+         "train.lm_wordings=2"]  # fmt: skip
 
 
 def train(seed: int, out: Path, extra: list[str]) -> float:

@@ -19,9 +19,14 @@ Run: `python benchmarks/rephrase_ablation.py [--seeds 0 1 2] [--entities 150] [-
    (chance = 0.2). Also the start's accuracy, and `cloze` (the original document's wording up to the value: a
    memorization probe, which favours the original arm by construction).
 
+Also the QA accuracy of every arm split by how rewrite 1 (the `1rephrase_10ep` arm's text) words each fact: subject
+before the value, or the value first ("The year 1931 saw the birth of Kalo"), which teaches a causal LM value ->
+subject, not the subject -> value recall the questions ask for (the original wording always names the subject first).
+
 Prints a table per seed and mean +- std, then one JSON line:
 {"acc_original_10ep": .., "acc_1rephrase_10ep": .., "acc_10rephrase_1ep": .., "seeds": 3, "*_std": .., "start_acc": ..,
- "cloze": {..}, "tokens": {..}, "entities": .., "minutes": ..}
+ "cloze": {..}, "tokens": {..}, "subject_first_share_1rephrase": .., "by_order": {..}, "entities": .., "minutes": ..}
+(answers per fact are cached in each run's qa.json).
 A finished step is reused (delete its folder to redo it). `--smoke`: 12 entities, one seed, short runs (checks that
 every step runs, not the figure).
 """
@@ -86,8 +91,11 @@ def sft(start: Path, data: Path, run_dir: Path, epochs: int, seed: int, extra: l
     return run_dir / "final"
 
 
-def qa_accuracy(model_dir: Path, entities: list[Any], seed: int) -> tuple[float, float]:
-    """(question accuracy, cloze accuracy): multiple choice among N_CHOICES values of the fact's relation."""
+def qa_results(model_dir: Path, entities: list[Any], seed: int) -> dict[str, list[bool]]:
+    """Per fact: answered right as a question, and as a cloze (facts in entity order); cached in qa.json."""
+    cache = model_dir.parent / "qa.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
     from k2post.models.loading import load_causal_lm, load_tokenizer
     from k2post.rephrase.corpus import DOC_TEMPLATES, questions
 
@@ -96,31 +104,59 @@ def qa_accuracy(model_dir: Path, entities: list[Any], seed: int) -> tuple[float,
     for entity in entities:
         for fact in entity.facts:
             pool.setdefault(fact.relation, set()).add(fact.value)
-    rng, asked, cloze = random.Random(seed), [], []
+    rng, results = random.Random(seed), {"question": [], "cloze": []}
     for entity in entities:
         for fact, (question, answer) in zip(entity.facts, questions(entity)):
             others = sorted(pool[fact.relation] - {answer})
             choices = [answer, *rng.sample(others, min(N_CHOICES - 1, len(others)))]
-            asked.append(best_choice(model, tokenizer, f"Question: {question}\nAnswer:", choices) == 0)
-            template = DOC_TEMPLATES[fact.relation][0]
-            if template.index("{s}") < template.index("{v}"):
-                prefix = template.split("{v}")[0].format(s=fact.subject).rstrip()
-                cloze.append(best_choice(model, tokenizer, prefix, choices) == 0)
-    return statistics.fmean(asked), statistics.fmean(cloze)
+            results["question"].append(best_choice(model, tokenizer, f"Question: {question}\nAnswer:", choices) == 0)
+            template = DOC_TEMPLATES[fact.relation][0]  # every original template names the subject first
+            prefix = template.split("{v}")[0].format(s=fact.subject).rstrip()
+            results["cloze"].append(best_choice(model, tokenizer, prefix, choices) == 0)
+    cache.write_text(json.dumps(results))
+    return results
 
 
 def best_choice(model: Any, tokenizer: Any, prompt: str, choices: list[str]) -> int:
-    """Index of the choice with the highest mean log-probability per token after `prompt`."""
+    """Index of the choice with the highest mean log-probability per token after `prompt` (one padded batch)."""
     import torch
 
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    answers = [tokenizer.encode(" " + choice, add_special_tokens=False) for choice in choices]
+    width = len(prompt_ids) + max(map(len, answers))
+    ids_BT = torch.zeros((len(choices), width), dtype=torch.long)
+    for row, ids in enumerate(answers):
+        ids_BT[row, : len(prompt_ids) + len(ids)] = torch.tensor(prompt_ids + ids)
+    with torch.no_grad():
+        logp_BTV = torch.log_softmax(model(ids_BT).logits, -1)  # right padding: the real tokens never see it
     scores = []
-    for choice in choices:
-        ids = tokenizer.encode(" " + choice, add_special_tokens=False)
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt_ids + ids])).logits[0, len(prompt_ids) - 1 : -1]
-        scores.append(torch.log_softmax(logits, -1)[torch.arange(len(ids)), torch.tensor(ids)].mean().item())
+    for row, ids in enumerate(answers):
+        positions = torch.arange(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(ids))
+        scores.append(logp_BTV[row, positions, torch.tensor(ids)].mean().item())
     return max(range(len(choices)), key=scores.__getitem__)
+
+
+def subject_first(rows: list[dict[str, Any]], entities: list[Any], rewrite_index: int) -> list[bool]:
+    """Per fact (entity order): does rewrite `rewrite_index` state it with the subject before the value? (A causal
+    LM learns subject -> value recall only from those: the value-first ones teach the reverse direction.)"""
+    from k2post.rephrase.chunking import split_sentences
+    from k2post.rephrase.corpus import parse_fact
+
+    text = {r["source_id"]: r["text"] for r in rows if r["rewrite_index"] == rewrite_index}
+    order = {}
+    for entity in entities:
+        for sentence in split_sentences(text[entity.name]):
+            fact = parse_fact(sentence)
+            order[fact] = sentence.index(fact.subject) < sentence.index(fact.value)
+    return [order[fact] for entity in entities for fact in entity.facts]
+
+
+def split_accuracy(correct: list[bool], mask: list[bool]) -> dict[str, float | None]:
+    """Accuracy over the facts where `mask` is true / false."""
+    first = [c for c, m in zip(correct, mask) if m]
+    later = [c for c, m in zip(correct, mask) if not m]
+    return {"subject_first": statistics.fmean(first) if first else None,
+            "value_first": statistics.fmean(later) if later else None}  # fmt: skip
 
 
 def run_seed(seed: int, out: Path, entities: int, smoke: bool) -> dict[str, Any]:
@@ -138,14 +174,23 @@ def run_seed(seed: int, out: Path, entities: int, smoke: bool) -> dict[str, Any]
     extra = ["train.max_steps=4", "schedule.warmup_steps=1"] if smoke else []
     background = write_rows(background_rows(seed, names, 12 if smoke else 300), out / "background.jsonl")
     start = sft(base, background, out / "start", 1, seed, extra)
-    result: dict[str, Any] = {"start": qa_accuracy(start, knowledge, seed), "tokens": {}}
+    result: dict[str, Any] = {"start": accuracies(qa_results(start, knowledge, seed)), "tokens": {}, "by_order": {}}
+    order = subject_first(rows, knowledge, 1)
+    result["subject_first_share"] = statistics.fmean(order)
     for arm, (indices, epochs) in ARMS.items():
         chosen = write_rows([r for r in rows if r["rewrite_index"] in indices], out / f"{arm}.jsonl")
         final = sft(start, chosen, out / arm, epochs, seed, extra)
-        result[arm] = qa_accuracy(final, knowledge, seed)
+        answers = qa_results(final, knowledge, seed)
+        result[arm] = accuracies(answers)
+        result["by_order"][arm] = split_accuracy(answers["question"], order)
         trained = json.loads((out / arm / "summary.json").read_text())["data"]["train_tokens"] * epochs
         result["tokens"][arm] = trained if not smoke else None  # smoke runs stop after 4 steps
     return result
+
+
+def accuracies(answers: dict[str, list[bool]]) -> tuple[float, float]:
+    """(question accuracy, cloze accuracy)."""
+    return statistics.fmean(answers["question"]), statistics.fmean(answers["cloze"])
 
 
 def main() -> int:
@@ -168,6 +213,10 @@ def main() -> int:
         print(
             f"{arm:<16}{summary['acc_' + arm]:>8.3f}{summary['acc_' + arm + '_std']:>7.3f}{summary['cloze'][arm]:>8.3f}"
         )
+    share = summary["subject_first_share_1rephrase"]
+    print(f"\nQA acc by how rewrite 1 words each fact ({share:.0%} subject first, the rest value first):")
+    for arm, split in summary["by_order"].items():
+        print(f"{arm:<16}" + "  ".join(f"{key} {value:.3f}" for key, value in split.items() if value is not None))
     print(json.dumps(summary))
     return 0
 
@@ -182,7 +231,19 @@ def summarize(results: list[dict[str, Any]], seeds: list[int], entities: int, mi
     summary["start_acc"] = round(statistics.fmean(r["start"][0] for r in results), 4)
     summary["cloze"] = {arm: round(statistics.fmean(r[arm][1] for r in results), 4) for arm in ARMS}
     summary["tokens"] = {arm: [r["tokens"][arm] for r in results] for arm in ARMS}
+    summary["subject_first_share_1rephrase"] = round(statistics.fmean(r["subject_first_share"] for r in results), 4)
+    summary["by_order"] = {
+        arm: {
+            key: _mean_or_none([r["by_order"][arm][key] for r in results]) for key in ("subject_first", "value_first")
+        }
+        for arm in ARMS
+    }
     return {**summary, "entities": entities, "minutes": round(minutes, 1)}
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.fmean(present), 4) if present else None
 
 
 if __name__ == "__main__":

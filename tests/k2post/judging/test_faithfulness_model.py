@@ -115,3 +115,18 @@ def test_bad_judge_paths_and_configs_are_one_line(tmp_path, capsys):
     assert main(["train", "configs/judge_faithfulness.yaml", "train.steps=5", "train.warmup_steps=5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "not a trained faithfulness judge" in err[0] and "lower warmup_steps" in err[-1] and len(err) == 2
+
+
+def test_the_rephraser_checks_chunks_with_the_trained_judge(trained, tmp_path):
+    """`fidelity_judge: model`: kept rewrites carry the judge's lowest sentence probability, dropped ones its reason."""
+    from k2post.config.registry import load_run_config
+    from k2post.rephrase.pipeline import run_rephrase
+
+    overrides = [f"out_dir={tmp_path}", "input.synthetic_entities=4", "fidelity_judge=model", f"judge_model={trained}"]
+    stats = run_rephrase(load_run_config("configs/rephrase_demo.yaml", [*overrides, "max_retries=0"]))
+    assert stats["rewrites_kept"] + stats["rewrites_dropped"] == 4 * 3
+    threshold = load_trained_judge(trained).threshold
+    rows = [json.loads(line) for shard in sorted((tmp_path / "shards").glob("*.jsonl")) for line in shard.open()]
+    assert all(row["fidelity"] >= threshold for row in rows if row["rewrite_index"] > 0)
+    dropped = [json.loads(line) for line in (tmp_path / "dropped.jsonl").read_text().splitlines()]
+    assert len(dropped) == stats["rewrites_dropped"] and all("unsupported" in d["reason"] for d in dropped)
