@@ -1,7 +1,7 @@
 """The rephrase run (k2post/rephrase/pipeline.py, pipelines/rephrase.py): builtin end to end on the synthetic corpus,
 resume, the LLM path over a scripted client (retries, drops, client errors, the rewritten context in the prompt), input
 errors as one line, and `k2post rephrase` as a command.
-Run: python -m pytest tests/k2post/rephrase/test_pipeline.py -q
+Run: python -m pytest tests/k2post/rephrase/test_rephrase_pipeline.py -q
 """
 
 from __future__ import annotations
