@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import random
 import re
 import time
@@ -39,6 +38,8 @@ from k2post.judging.faithfulness_config import JudgeTrainConfig
 from k2post.judging.faithfulness_pairs import KINDS, JudgePair, make_pairs
 from k2post.rephrase.chunking import split_sentences
 from k2post.rephrase.corpus import build_corpus, render_rewrite
+from k2post.train.config import LRScheduleConfig
+from k2post.train.schedule import lr_factor
 
 PROMPT = "Claim: {sentence}\nEvidence: {source}\nClaim: {sentence}\nSupported:"
 LABEL_TEXTS = (" yes", " no")
@@ -127,14 +128,6 @@ def yes_no_margin(
 def judge_loss(margin_B: torch.Tensor, supported_B: torch.Tensor) -> torch.Tensor:
     """Binary cross-entropy of P(supported) = sigmoid(margin) against the labels (1 = supported)."""
     return F.binary_cross_entropy_with_logits(margin_B, supported_B.float())
-
-
-def lr_at(step: int, steps: int, warmup: int, peak: float) -> float:
-    """Linear warmup to `peak` over `warmup` steps, then cosine decay to 10% of it at `steps`."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def best_threshold(probs: Sequence[float], labels: Sequence[bool]) -> tuple[float, float]:
@@ -258,6 +251,11 @@ def lm_documents(cfg: JudgeTrainConfig) -> list[str]:
     return [render_rewrite(entity, k) for k in range(cfg.train.lm_wordings) for entity in corpus]
 
 
+def _schedule(warmup_steps: int) -> LRScheduleConfig:
+    """SFT's and RL's schedule (k2post/train/schedule.py): linear warmup, cosine decay to 10% of the peak."""
+    return LRScheduleConfig(kind="cosine", warmup_steps=warmup_steps, min_lr_ratio=0.1)
+
+
 def _lm_step(judge: TrainedSentenceJudge, texts: Sequence[str], optimizer: torch.optim.Optimizer) -> float:
     """One next-token step on `texts` (each + end of text; padding out of the loss)."""
     eos = int(judge.tokenizer.eos_token_id)
@@ -279,7 +277,7 @@ def _lm_phase(judge: TrainedSentenceJudge, cfg: JudgeTrainConfig, log: Callable[
     optimizer = torch.optim.AdamW(judge.model.parameters(), lr=loop.lr, weight_decay=loop.weight_decay)
     for step in range(loop.lm_steps):
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, loop.lm_steps, min(loop.warmup_steps, loop.lm_steps - 1), loop.lr)
+            group["lr"] = loop.lr * lr_factor(step, loop.lm_steps, _schedule(min(loop.warmup_steps, loop.lm_steps - 1)))
         loss = _lm_step(judge, rng.sample(docs, min(loop.batch_size, len(docs))), optimizer)
         if log is not None:
             log({"lm_step": step + 1, "lm_loss": loss})
@@ -322,7 +320,7 @@ def train_judge(cfg: JudgeTrainConfig, log: Callable[[dict[str, Any]], None] | N
             order += rng.sample(range(len(train)), len(train))
         batch, order = [train[i] for i in order[: cfg.train.batch_size]], order[cfg.train.batch_size :]
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg.train.steps, cfg.train.warmup_steps, cfg.train.lr)
+            group["lr"] = cfg.train.lr * lr_factor(step, cfg.train.steps, _schedule(cfg.train.warmup_steps))
         record: dict[str, Any] = {"step": step + 1, "loss": _step(judge, batch, optimizer)}
         if (step + 1) % cfg.train.eval_every == 0 or step + 1 == cfg.train.steps:
             threshold, dev_acc = _dev_check(judge, dev)

@@ -16,7 +16,6 @@ from k2post.judging.faithfulness_model import (
     fit_source,
     judge_loss,
     load_trained_judge,
-    lr_at,
     pad_batch,
 )
 
@@ -43,13 +42,6 @@ def test_pad_batch_right_pads_and_points_at_the_last_real_token():
     ids, mask, last = pad_batch([[5, 6, 7], [8]], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
     assert last.tolist() == [2, 0]
-
-
-@pytest.mark.parametrize(
-    "step, steps, warmup, expected", [(0, 100, 10, 0.1), (9, 100, 10, 1.0), (10, 100, 10, 1.0), (100, 100, 10, 0.1)]
-)
-def test_lr_warms_up_then_decays_to_a_tenth(step, steps, warmup, expected):
-    assert lr_at(step, steps, warmup, 1.0) == pytest.approx(expected)
 
 
 def test_best_threshold_and_loss():
