@@ -40,6 +40,16 @@ LIMITS = dict(cpu_s=1, wall_s=3.0, memory_mb=256, max_processes=16, max_file_mb=
 CFG = SandboxConfig(**LIMITS, max_inodes=1024, max_open_files=64, max_output_bytes=16384)
 FALLBACK_CFG = CFG.model_copy(update={"namespaces": False, "network": "blocked", "require_isolation": False})
 SANDBOX_UIDS = range(CFG.uid_base, CFG.uid_base + CFG.uid_count)
+CPU_BOUND = {"infinite_loop", "ignore_cpu_signal"}
+"""Programs whose containment is the CPU limit: on a loaded box they may get well under one core, so their wall
+limit is far above cpu_s + 1 (a 3 s wall let `ignore_cpu_signal` end as timed_out on a busy fresh-clone CI run)."""
+CPU_BOUND_WALL_S = 30.0
+
+
+def config_for(name: str, config: SandboxConfig) -> SandboxConfig:
+    """The sandbox config a hostile program runs under: CPU-bound programs get the wide wall limit."""
+    return config.model_copy(update={"wall_s": CPU_BOUND_WALL_S}) if name in CPU_BOUND else config
+
 
 EXPECTED: dict[str, str] = {
     "net_tcp_connect_loopback": "blocked",
@@ -333,7 +343,7 @@ def run_hostile(name: str, host: Host, config: SandboxConfig) -> SandboxResult:
     if name == "net_listen_socket":
         prober.start()
     try:
-        result = Sandbox(config).run_python(code, args=[json.dumps(host.ctx)])
+        result = Sandbox(config_for(name, config)).run_python(code, args=[json.dumps(host.ctx)])
     finally:
         prober.stop.set()
     assert not prober.connected, "the host reached a socket the sandbox listened on"
@@ -341,6 +351,13 @@ def run_hostile(name: str, host: Host, config: SandboxConfig) -> SandboxResult:
 
 
 # ---------------------------------------------------------------- hostile suites
+
+
+def test_cpu_bound_programs_get_a_wall_limit_the_cpu_limit_always_beats() -> None:
+    assert CPU_BOUND <= set(EXPECTED) and all(EXPECTED[name] == "killed" for name in CPU_BOUND)
+    for name in CPU_BOUND:
+        assert config_for(name, CFG).wall_s >= 10 * (CFG.cpu_s + 1)
+    assert config_for("sleep_forever", CFG).wall_s == CFG.wall_s
 
 
 def test_hostile_table_matches_files() -> None:
