@@ -59,13 +59,16 @@ def resume_config(
     """(config file, overrides) of `CONFIG [overrides]` or `--resume RUN_DIR [overrides]`.
 
     With --resume the file is RUN_DIR/config.yaml (what the run wrote), every positional is an override, and
-    `resume=true`, `<dir_key>=RUN_DIR` and `fixed` come first. A `resume=` override is refused: --resume is the
-    only spelling."""
+    `resume=true`, `<dir_key>=RUN_DIR` and `fixed` come first. A `resume=` override other than `resume=auto`
+    (continue when run_dir holds a run, else start fresh) is refused: --resume is the one spelling of `true`."""
     from k2post.config.loader import ConfigError
 
     given = [*([file] if file is not None and resume is not None else []), *overrides]
-    if any(item.split("=", 1)[0].strip() == "resume" for item in given):
-        raise ConfigError(f"resume=...: continue a {kind} run with `k2post {kind} --resume RUN_DIR` instead")
+    if any(item.split("=", 1)[0].strip() == "resume" and item.split("=", 1)[1:] != ["auto"] for item in given):
+        raise ConfigError(
+            f"resume=...: continue a {kind} run with `k2post {kind} --resume RUN_DIR` (or `resume=auto`: continue "
+            "when run_dir holds a run) instead"
+        )
     if resume is None:
         if file is None:
             raise ConfigError("give a CONFIG or --resume RUN_DIR")

@@ -8,7 +8,9 @@
 
 Without a cluster it starts an embedded Ray; under `ray job submit` it joins the job's cluster.
 Writes config.yaml, metrics.jsonl, tb/ (TensorBoard), plots/*.png, checkpoints/iter-N, final/
-(an HF model dir) and summary.json into run_dir (docs/RL.md). Exit status 0 when the run
+(an HF model dir), summary.json and run.log (the console's lines plus the library logs, warnings and Ray
+worker output kept off the console; its path is the first line) into run_dir (docs/RL.md). A relative run_dir
+under `ray job submit` is refused (Ray deletes the job's working dir): pass an absolute one. Exit status 0 when the run
 finished or stopped at train.stop_at_iteration; 2 on a config or run-dir error (one line
 `k2post rl: error: ...`, before any actor starts).
 """
@@ -46,10 +48,15 @@ def load_config(file: str | None, overrides: list[str], resume: str | None = Non
 def run(args: argparse.Namespace) -> int:
     """Validate the config (before Ray starts), run, print the summary as one JSON line."""
     cfg = load_config(args.file, args.overrides, args.resume)  # a mistake is one line before torch is imported
-    from k2post.rl.controller import RLRun
+    from k2post.train.console import LOG_NAME, routed_output, run_dir_where
 
-    summary = RLRun(cfg).run()
-    print(json.dumps(summary), flush=True)
+    where = run_dir_where(cfg.run_dir, os.getcwd())  # a relative run_dir inside a Ray job: refused
+    with routed_output(where / LOG_NAME) as log_path:
+        print(f"rl: run_dir {where} (library logs and warnings: {log_path})", flush=True)
+        from k2post.rl.controller import RLRun
+
+        summary = RLRun(cfg).run()
+        print(json.dumps(summary), flush=True)
     return 0
 
 

@@ -7,7 +7,9 @@
     torchrun --nproc-per-node 2 -m k2post_pipelines.sft configs/sft_tool_use.yaml   # data parallel
 
 Writes metrics.jsonl, data_report.json, checkpoints/step-N, final/ (an HF model dir vLLM
-loads) and summary.json into `run_dir`; `k2post sft --resume RUN_DIR` continues from the newest checkpoint.
+loads), summary.json and run.log (console lines plus library logs and warnings; its path is the first line) into
+`run_dir` (a relative one under `ray job submit` is refused: pass an absolute path);
+`k2post sft --resume RUN_DIR` continues from the newest checkpoint.
 Exit status: 0 when the run finished (or stopped at train.stop_at_step), 2 on a config, data,
 run-dir or resume error (one line `k2post sft: error: ...` naming the field or the row).
 """
@@ -40,12 +42,19 @@ def run(args: argparse.Namespace) -> int:
         args.file, args.overrides, args.resume, "sft", "run_dir", ("train.stop_at_step=null",)
     )
     cfg = load_run_config(config, overrides, expected_kind="sft")  # a config error before torch loads
+    from k2post.train.console import LOG_NAME, claim_library_loggers, routed_output, run_dir_where
 
-    from k2post.sft.trainer import run_sft
+    where, rank = run_dir_where(cfg.run_dir, os.getcwd()), int(os.environ.get("RANK", "0"))
+    log_name = LOG_NAME if rank == 0 else f"run.rank{rank}.log"
+    with routed_output(where / log_name, rank) as log_path:
+        if rank == 0:
+            print(f"sft: run_dir {where} (library logs and warnings: {log_path})", flush=True)
+        from k2post.sft.trainer import run_sft
 
-    summary = run_sft(cfg)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps(summary), flush=True)
+        claim_library_loggers()  # DeepSpeed adds its own stdout handler when imported
+        summary = run_sft(cfg)
+        if rank == 0:
+            print(json.dumps(summary), flush=True)
     return 0
 
 

@@ -153,6 +153,7 @@ def test_the_known_user_errors_are_caught():
         ("c.yaml", ["a=1"], None, ("c.yaml", ["a=1"])),
         ("a=1", ["b=2"], "RUN", ("RUN/config.yaml", ["resume=true", "run_dir=RUN", "x=null", "a=1", "b=2"])),
         (None, [], "RUN", ("RUN/config.yaml", ["resume=true", "run_dir=RUN", "x=null"])),
+        ("c.yaml", ["resume=auto"], None, ("c.yaml", ["resume=auto"])),  # auto: continue when run_dir holds a run
     ],
 )
 def test_resume_config_is_the_one_resume_spelling(tmp_path, file, overrides, resume, expected):
@@ -182,3 +183,22 @@ def test_resume_errors_are_one_line(capsys, argv, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["rl", "sft"])
+def test_a_relative_run_dir_inside_a_ray_job_is_refused_in_one_line(tmp_path, monkeypatch, capsys, command):
+    """Under `ray job submit` the driver runs in Ray's unpacked working dir, which `ray stop` deletes."""
+    from k2post.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    job_dir = tmp_path / "session_x" / "runtime_resources" / "working_dir_files" / "_ray_pkg_0"
+    job_dir.mkdir(parents=True)
+    config = repo / "configs" / ("rl_demo.yaml" if command == "rl" else "sft_demo.yaml")
+    monkeypatch.chdir(job_dir)
+    assert main([command, str(config), "run_dir=runs/x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"k2post {command}: error: run_dir='runs/x' is relative to this Ray job's temporary working dir, which "
+        "`ray stop` deletes: pass an absolute path, e.g. `run_dir=$PWD/runs/x` after the config"
+    )
+    assert not (job_dir / "runs").exists()

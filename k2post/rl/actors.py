@@ -100,13 +100,17 @@ class RayCluster:
     def _init_ray(self) -> None:
         import ray
 
+        from k2post.train.console import claim_library_loggers, send_ray_output_to_log
+
         if ray.is_initialized():
             return
+        claim_library_loggers()  # Ray's own "started a local instance" lines: to the run's log file
         ray_cfg = self.cfg.ray
         if ray_cfg.address or os.environ.get("RAY_ADDRESS"):
             ray.init(address=ray_cfg.address, log_to_driver=True)
         else:
             ray.init(num_cpus=ray_cfg.num_cpus, _temp_dir=ray_cfg.temp_dir, include_dashboard=False, log_to_driver=True)
+        send_ray_output_to_log()  # the workers' vLLM / DeepSpeed lines: to the run's log file
 
     def _place(self) -> None:
         import ray

@@ -156,6 +156,19 @@ def progress_line(row: dict[str, Any], done: int, end: int, seconds_per_it: floa
     )
 
 
+def score_in_chunks(
+    score: Any, items: Sequence[Any], names: Sequence[str], chunk: int, limit: float, where: str
+) -> list[Any]:
+    """`score(items)` chunk by chunk; stops with one line (RewardErrorsExceeded) as soon as more than `limit` of
+    the rewards scored so far are errors, so a broken or slow scorer costs one chunk, not the whole eval."""
+    rewards: list[Any] = []
+    for start in range(0, len(items), chunk):
+        rewards += score(items[start : start + chunk])
+        errors = [r.error for r in rewards]
+        check_error_fraction(names[: len(rewards)], errors, limit, where, "reward.max_reward_error_fraction")
+    return rewards
+
+
 def spread(work: Iterable[tuple[Any, EpisodeOptions]], replicas: int) -> Work:
     """Round-robin (item, options) pairs over `replicas`: per replica (items, options)."""
     parts: Work = [([], []) for _ in range(replicas)]
@@ -238,11 +251,14 @@ class RLRun:
         if earlier and not self.cfg.resume:
             raise RLRunDirError(
                 f"run_dir {self.cfg.run_dir!r} already holds a run: continue it with "
-                f"`k2post rl --resume {self.cfg.run_dir}`, or pick another run_dir"
+                f"`k2post rl --resume {self.cfg.run_dir}` (or `resume: auto`), or pick another run_dir"
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_yaml(self.cfg))
-        return latest_checkpoint(self.run_dir) if self.cfg.resume else None
+        checkpoint = latest_checkpoint(self.run_dir) if self.cfg.resume else None
+        if self.cfg.resume and checkpoint is None:
+            log.info("rl: resume: %s, but no checkpoint in %s yet: starting fresh", self.cfg.resume, self.run_dir)
+        return checkpoint
 
     def setup(self) -> None:
         """Everything up to the first iteration (resuming when configured)."""
@@ -462,11 +478,15 @@ class RLRun:
 
     # ------------------------------------------------------------------ eval, memory, checkpoints
 
-    def evaluate(self) -> dict[str, float]:
-        """Greedy held-out accuracy per environment (`train.eval_split` tasks: dev by default), apart from training."""
+    def evaluate(self, where: str) -> dict[str, float]:
+        """Greedy held-out accuracy per environment (`train.eval_split` tasks: dev by default), apart from training;
+        stops early (one line) when scorer errors pile up (`score_in_chunks`)."""
         work = eval_work(self.prompts.heldout, self.cfg.budget, 0.0, 1, self.cfg.seed)
         episodes = self.rollouts.run_episodes(spread(work, len(self.rollouts)))
-        per_env = summarize(episodes, self.rewards(episodes), self.cfg.reward.success_threshold)
+        items = score_items(episodes, self.envs, self.cfg.env_configs())
+        names, limit = [e.env_name for e in episodes], self.cfg.reward.max_reward_error_fraction
+        rewards = score_in_chunks(self.reward_pool.score_batch, items, names, self.cfg.train.eval_chunk, limit, where)
+        per_env = summarize(episodes, rewards, self.cfg.reward.success_threshold)
         out = {f"eval/{name}/{key}": per_env[name][key] for name in per_env for key in ("accuracy", "truncation_rate")}
         out["eval/mean_accuracy"] = mean_accuracy(per_env)
         return out
@@ -495,7 +515,7 @@ class RLRun:
         self.rollouts.set_version(self.state.step)  # the engines were built from the checkpoint's weights
         self.prompts.load_state_dict(self.state.samplers, self.state.added_tasks)
         self.log.truncate_after(self.state.iteration)
-        log.info("resumed from %s at iteration %d", checkpoint, self.state.iteration)
+        log.info("rl: resuming from %s (iteration %d)", checkpoint, self.state.iteration)
 
     # ------------------------------------------------------------------ the loop
 
@@ -541,7 +561,7 @@ class RLRun:
         row["rollout/actor_restarts"] = self.rollouts.restarts
         if self._due(iteration + 1, self.cfg.train.eval_every):
             with timer("eval"):
-                row.update(self.evaluate())
+                row.update(self.evaluate(f"eval after iteration {iteration + 1}"))
         row.update({f"time/{name}_s": round(s, 4) for name, s in timer.seconds.items()})
         return row | self.memory()
 
@@ -554,8 +574,8 @@ class RLRun:
 
         train = self.cfg.train
         end = min(train.iterations, train.stop_at_iteration or train.iterations)
-        if self.state.iteration == 0:
-            self.log.append({"iteration": 0, **self.evaluate()})
+        if self.state.iteration == 0 and train.eval_at_start:
+            self.log.append({"iteration": 0, **self.evaluate("pre-RL eval")})
         first, started = self.state.iteration, time.perf_counter()
         bar = tqdm(range(first, end), desc="rl", unit="it", disable=None, initial=first, total=end)
         for iteration in bar:

@@ -178,6 +178,13 @@ class RLTrainLoopConfig(K2Config):
         256, ge=1, description="Train tasks drawn from each environment (new seeds) to sample prompts from."
     )
     eval_every: int = Field(5, ge=0, description="Held-out accuracy every N iterations (0: only before and after).")
+    eval_at_start: bool = Field(True, description="Also measure held-out accuracy before the first iteration.")
+    eval_chunk: int = Field(
+        16,
+        ge=1,
+        description="Held-out rewards scored per chunk; after each chunk the eval stops with one line when more than "
+        "reward.max_reward_error_fraction of the rewards so far are scorer errors.",
+    )
     eval_tasks_per_env: int = Field(32, ge=1, description="Held-out tasks per environment at each in-loop eval.")
     eval_split: Literal["dev", "test"] = Field(
         "dev",
@@ -270,8 +277,10 @@ class RLConfig(K2Config):
     run_dir: str = Field(
         "runs/rl", description="Outputs: config.yaml, metrics.jsonl, tb/, plots/, checkpoints/iter-N, final/."
     )
-    resume: bool = Field(
-        False, description="Continue from the newest checkpoint in run_dir (false: run_dir must not hold a run)."
+    resume: bool | Literal["auto"] = Field(
+        False,
+        description="Continue from the newest checkpoint in run_dir (false: run_dir must not hold a run; auto: "
+        "continue when run_dir holds a run, else start fresh, so resubmitting the same command continues it).",
     )
     seed: int = Field(0, description="Seed of task pools, prompt sampling, rollout sampling and torch.")
     model: ModelConfig = Field(

@@ -175,10 +175,11 @@ class SFTConfig(K2Config):
         default_factory=CheckpointConfig, description="Resumable checkpoints every N optimizer steps."
     )
     deepspeed: SFTDeepSpeedConfig = Field(default_factory=SFTDeepSpeedConfig, description="The DeepSpeed engine.")
-    resume: bool = Field(
+    resume: bool | Literal["auto"] = Field(
         False,
         description="Continue from the newest complete checkpoint in run_dir/checkpoints (false: run_dir must not "
-        "hold an earlier run).",
+        "hold an earlier run; auto: continue when it holds one, else start fresh, so resubmitting the same command "
+        "continues the run).",
     )
 
     @model_validator(mode="after")

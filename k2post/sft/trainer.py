@@ -83,7 +83,7 @@ def prepare_run_dir(cfg: SFTConfig, dist: DistInfo) -> Path:
     if earlier and not cfg.resume:
         raise RunDirError(
             f"run_dir {cfg.run_dir!r} already holds a run (metrics.jsonl / checkpoints): continue it with "
-            f"`k2post sft --resume {cfg.run_dir}`, or pick another run_dir"
+            f"`k2post sft --resume {cfg.run_dir}` (or `resume: auto`), or pick another run_dir"
         )
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -395,6 +395,10 @@ def _train(cfg: SFTConfig, dist: DistInfo) -> dict[str, Any]:
         f"{run.plan.epoch_length(0)} packed rows per epoch, steps {start}..{run.total_steps}"
     )
     display.print(f"sft: MFU against {run.peak[0] / 1e12:.3g} TFLOP/s per rank ({run.peak[1]})")
+    if start > 0:
+        display.print(f"sft: resuming from {ckpt.checkpoint_dir(run.run_dir, start)} (step {start})")
+    elif cfg.resume:
+        display.print(f"sft: resume: {cfg.resume}, but no checkpoint in {run.run_dir} yet: starting fresh")
     try:
         end = train_loop(run, start, display)
     finally:
