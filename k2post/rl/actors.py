@@ -193,7 +193,7 @@ class TrainerGroup:
 
     def push_to(self, rollouts: RolloutGroup, version: int) -> dict[str, float]:
         """Every rank streams its weights to its replica through the checkpoint engine; timed. The first push and
-        every `trainer.verify_push_every`-th are verified: each replica's loaded digests must equal its rank's. The
+        every `trainer.verify_push_every`-th are verified (`verify_pushes`). The
         engines tag what they generate from now on with `version` (the trainer's optimizer step)."""
         import ray
 
@@ -225,16 +225,27 @@ class TrainerGroup:
 
 
 def verify_pushes(stats: list[dict[str, Any]], received: list[dict[str, Any]]) -> dict[str, float]:
-    """A verified push: each replica's loaded digests must equal its rank's (`compare_digests`); with LoRA, no
-    adapted weight may be the frozen base's (`check_adapter_arrived`). PushVerificationError otherwise."""
+    """A verified push: each replica received its rank's tensors (`compare_digests` of what arrived) and, after
+    loading, its engine's own parameters hold each one equal or rounded to their dtype (`check_held`); an adapter push
+    must map every pushed module to an engine module; with merged LoRA, no adapted weight may be the frozen base's
+    (`check_adapter_arrived`). PushVerificationError otherwise. `push/verified_held` is 1 when all of that holds;
+    `push/held_equal` / `push/held_rounded` count the served tensors the engines hold bit for bit / rounded."""
+    from k2post.rollout.held_weights import check_held
     from k2post.rollout.weight_update import PushVerificationError, compare_digests
     from k2post.train.lora import check_adapter_arrived
 
-    row = {"push/verified": 1.0}
+    row = {"push/verified_held": 1.0}
     for replica, result in enumerate(received):
         compare_digests(stats[replica]["digests"], result["digests"])
+        if "held" in result:
+            counts = check_held(result["held"])
+            row["push/held_equal"] = row.get("push/held_equal", 0.0) + counts["equal"]
+            row["push/held_rounded"] = row.get("push/held_rounded", 0.0) + counts["rounded"]
         if stats[replica].get("lora_adapter") and not result.get("lora_modules"):
             raise PushVerificationError("the engine registered no LoRA adapter from the adapter push")
+        if "lora_pushed" in result:  # the engine refused an adapter with an unmapped module (`check_mapped`)
+            row["push/lora_pushed"] = float(result["lora_pushed"])
+            row["push/lora_mapped"] = float(result["lora_mapped"])
         if "lora_base_digests" in stats[replica]:
             check_adapter_arrived(stats[replica]["lora_base_digests"], result["digests"])
             row["push/lora_adapted"] = float(len(stats[replica]["lora_base_digests"]))

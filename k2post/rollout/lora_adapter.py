@@ -13,11 +13,12 @@ received tensors, and the request's path is never read (the id is already loaded
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 
-from k2post.rollout.weight_update import WeightUpdateError
+from k2post.rollout.weight_update import PushVerificationError, WeightUpdateError
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 LORA_NAME = "k2post-rl"
@@ -37,6 +38,22 @@ def vllm_max_lora_rank(rank: int) -> int:
     raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
 
 
+def cpu_lora_problem(model_dir: str) -> str | None:
+    """Why vLLM's CPU build cannot serve LoRA adapters for this model (None: it can). A MoE model's LoRA layers
+    run Triton kernels, which the CPU build lacks: tiny-k2 took an MLA adapter (every module mapped) and then
+    failed its first generation ("triton.language has no attribute float32")."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    if config.get("n_routed_experts") or config.get("num_experts") or config.get("num_local_experts"):
+        return (
+            f"lora.push: adapter is not supported for the MoE model {config.get('architectures', ['?'])[0]} on the "
+            "CPU vLLM build (its LoRA kernels for MoE layers need Triton): use lora.push: merged"
+        )
+    return None
+
+
 def _adapter_manager(worker: Any) -> Any:
     runner = getattr(worker, "model_runner", None)
     manager = getattr(runner, "lora_manager", None)
@@ -48,9 +65,46 @@ def _adapter_manager(worker: Any) -> Any:
     return manager
 
 
-def install_adapter(worker: Any, lora_id: int, tensors: dict[str, torch.Tensor], spec: dict[str, Any]) -> int:
+def adapter_modules(tensor_names: list[str]) -> list[str]:
+    """The modules an adapter's tensors adapt (peft names `base_model.model.X.lora_A.weight` -> `X`), sorted."""
+    out = set()
+    for name in tensor_names:
+        module = re.sub(r"\.lora_(A|B)(\.[^.]+)?\.weight$", "", name)
+        out.add(module.removeprefix("base_model.model."))
+    return sorted(out)
+
+
+def unmapped_modules(pushed: list[str], engine: set[str], packed: dict[str, list[str]]) -> list[str]:
+    """The pushed adapter modules no LoRA module of the engine holds: neither under their own name nor inside the
+    packed module vLLM stacks them into (`packed`: e.g. qkv_proj -> [q_proj, k_proj, v_proj])."""
+    into = {piece: fused for fused, pieces in packed.items() for piece in pieces}
+    out = []
+    for module in pushed:
+        parent, _, leaf = module.rpartition(".")
+        if module not in engine and f"{parent}.{into.get(leaf, leaf)}" not in engine:
+            out.append(module)
+    return out
+
+
+def check_mapped(pushed: list[str], engine: set[str], packed: dict[str, list[str]]) -> dict[str, int]:
+    """{lora_pushed, lora_mapped}, or PushVerificationError naming the first pushed module the engine lacks."""
+    unmapped = unmapped_modules(pushed, engine, packed)
+    if unmapped:
+        raise PushVerificationError(
+            f"adapter push: module {unmapped[0]!r} maps to no LoRA module of the engine (pushed {len(pushed)}, "
+            f"mapped {len(pushed) - len(unmapped)}): that part of the adapter would be lost; check "
+            "lora.target_modules against the engine's model"
+        )
+    return {"lora_pushed": len(pushed), "lora_mapped": len(pushed)}
+
+
+def install_adapter(
+    worker: Any, lora_id: int, tensors: dict[str, torch.Tensor], spec: dict[str, Any]
+) -> dict[str, int]:
     """Register the adapter `tensors` as LoRA `lora_id` in the worker's adapter manager, dropping the previous ones.
-    Returns how many modules of the model the adapter covers (vLLM's names, q/k/v packed as qkv_proj)."""
+    Every pushed module must map to one of the engine's LoRA modules (`check_mapped`, before anything is replaced).
+    Returns the counts: `lora_pushed` / `lora_mapped` modules, and `lora_modules`, how many LoRA modules of the
+    engine the adapter covers (vLLM's names, q/k/v packed as qkv_proj)."""
     from vllm.lora.lora_model import LoRAModel
     from vllm.lora.peft_helper import PEFTHelper
 
@@ -71,10 +125,11 @@ def install_adapter(worker: Any, lora_id: int, tensors: dict[str, torch.Tensor],
     )
     if not lora.loras:
         raise WeightUpdateError(f"the pushed adapter ({len(tensors)} tensors) matches no LoRA module of the engine")
+    counts = check_mapped(adapter_modules(list(tensors)), set(manager.modules), dict(manager.packed_modules_mapping))
     for old in list(manager.list_adapters()):
         manager.remove_adapter(old)
     manager.add_adapter(lora)
-    return len(lora.loras)
+    return {**counts, "lora_modules": len(lora.loras)}
 
 
 def lora_request(lora_id: int) -> Any:

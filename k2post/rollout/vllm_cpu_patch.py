@@ -310,3 +310,18 @@ def empty_cpu_linears(model: torch.nn.Module) -> list[str]:
         and module.weight.ndim == 1
         and module.weight.numel() == 0
     ]
+
+
+def loaded_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's parameters as loaded (what a verified push hashes): a CPU-packed MoE layer's unpacked copies in
+    place of its packed `w13_weight`/`w2_weight`, and a parameter widened after loading (bf16 GEMM bias -> fp32)
+    in its load-time dtype (its values were rounded through it: exact). Elsewhere the live parameters."""
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    for module_name, module in model.named_modules():
+        prefix = f"{module_name}." if module_name else ""
+        for name, tensor in (getattr(module, _MOE_SHADOW, None) or {}).items():
+            params[prefix + name] = tensor
+        for name, dtype in getattr(module, _LOAD_DTYPES, {}).items():
+            if params.get(prefix + name) is not None and params[prefix + name].dtype != dtype:
+                params[prefix + name] = params[prefix + name].to(dtype)
+    return params

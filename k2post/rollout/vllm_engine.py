@@ -177,7 +177,11 @@ class VLLMEngine:
         """vLLM's LoRA support for one adapter (adapter-only pushes), when configured."""
         if self.cfg.lora_max_rank is None:
             return {}
-        from k2post.rollout.lora_adapter import vllm_max_lora_rank
+        from k2post.rollout.lora_adapter import cpu_lora_problem, vllm_max_lora_rank
+
+        problem = cpu_lora_problem(self.model_path) if self.cpu else None
+        if problem:
+            raise WeightUpdateError(problem)
 
         return {"enable_lora": True, "max_lora_rank": vllm_max_lora_rank(self.cfg.lora_max_rank), "max_loras": 1}
 
@@ -308,8 +312,10 @@ class VLLMEngine:
         In place: the `WeightReceiver` runs inside the vLLM worker (worker extension) and loads each
         bucket as it arrives. Rebuild: the buckets are staged here and the engine is rebuilt once.
         Returns the receiver's figures plus the engine-side seconds and the new weights version. With
-        `verify_push` (a full push): a parameter the push did not write is a PushVerificationError, and
-        `digests` (name -> digest of each tensor as loaded) come back for `compare_digests`. `version` names
+        `verify_push` (a full push): a parameter the push did not write is a PushVerificationError, `digests`
+        (name -> digest of each tensor as received) come back for `compare_digests`, and `held` (name -> equal,
+        rounded or wrong: what the engine's own parameters hold after the update, `k2post.rollout.held_weights`)
+        for `check_held`. `version` names
         the policy version the weights are (RL: the trainer's optimizer step); without it the version counts up.
         `adapter` (`k2post.rollout.lora_adapter.adapter_spec`): the push is a LoRA adapter's tensors, registered as
         the engine's adapter and applied to every generation from now on (the base weights stay)."""
@@ -325,6 +331,8 @@ class VLLMEngine:
                     "k2post_receive_update", args=(address, self.cpu, timeout_s, verify_checksum, verify_push)
                 )[0]
             self._pending_update = True  # an adapter push also counts as an update (prefix cache reset, version)
+        if "expected" in stats:  # after the update is applied (in place, or the engine rebuilt)
+            stats["held"] = self.llm.collective_rpc("k2post_held_verdicts", args=(stats.pop("expected"),))[0]
         if version is not None:
             self.weights_version = version
         return {
@@ -359,12 +367,17 @@ class VLLMEngine:
 
         from k2post.rollout.weight_update import PushVerificationError, tensor_digests
 
+        from k2post.rollout.held_weights import expected_held
+
         checkpoint = self._rebuild_checkpoint()
         digests: dict[str, str] = {}
+        expected: dict[str, dict] = {}
+        dtypes = self.llm.collective_rpc("k2post_engine_dtypes")[0] if verify_push else []
 
         def stage(batch: list) -> None:
             if verify_push:
                 digests.update(tensor_digests(batch))
+                expected.update(expected_held(batch, dtypes))
             checkpoint.stage(batch)
 
         with WeightReceiver(address, stage, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
@@ -375,7 +388,8 @@ class VLLMEngine:
                 f"the push left {len(unwritten)} checkpoint tensor(s) unwritten, e.g. {unwritten[:3]}"
             )
         figures = {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets}
-        return {**figures, "elapsed_s": stats.elapsed_s, **({"digests": digests} if verify_push else {})}
+        checks = {"digests": digests, "expected": expected} if verify_push else {}
+        return {**figures, "elapsed_s": stats.elapsed_s, **checks}
 
     def _rebuild_checkpoint(self):
         if self._checkpoint is None:

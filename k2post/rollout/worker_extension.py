@@ -10,6 +10,8 @@ each worker process for a multiprocess executor:
   prefix cache when the update is done);
 - `k2post_receive_adapter(address, lora_id, spec, ...)` — an adapter-only push: the LoRA tensors are received
   and registered as the worker's adapter (`k2post.rollout.lora_adapter`);
+- `k2post_engine_dtypes()` / `k2post_held_verdicts(expected)` — what a verified push checks after loading: the
+  engine's own parameters against the served tensors cast to their dtypes (`k2post.rollout.held_weights`);
 - `k2post_in_place_problems(cpu)` — why in-place pushes would fail on the built model;
 - `k2post_free_kv_cache()` / `k2post_restore_kv_cache()` — the CPU sleep path;
 - `k2post_record_routing()` / `k2post_take_routing()` — record each token's MoE experts
@@ -61,17 +63,23 @@ class K2PostWorkerExtension:
         verify_push: bool = False,
     ) -> dict[str, Any]:
         """Receive one checkpoint-engine update from `address` straight into this worker's model. With
-        `verify_push`: every model parameter must have been written (else PushVerificationError naming them),
-        and the digests of the tensors as loaded come back (`digests`) for the trainer to compare."""
+        `verify_push`: every model parameter must have been written (else PushVerificationError naming them), the
+        digests of the tensors as received come back (`digests`) for the trainer to compare, and what the engine
+        must hold for each (`expected`: its casts to the engine's dtypes, for `k2post_held_verdicts`)."""
         from k2post_checkpoint_engine import WeightReceiver
+
+        from k2post.rollout.held_weights import expected_held
 
         model = worker_model(self)
         loaded: set[str] = set()
         digests: dict[str, str] = {}
+        expected: dict[str, dict] = {}
+        dtypes = self.k2post_engine_dtypes() if verify_push else []
 
         def load(batch: NamedTensors) -> None:
             if verify_push:
                 digests.update(tensor_digests(batch))
+                expected.update(expected_held(batch, dtypes))  # before loading: the buffers are reused
             load_into_model(model, batch, repack, loaded)
 
         with WeightReceiver(address, load, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
@@ -79,7 +87,23 @@ class K2PostWorkerExtension:
         if verify_push:
             check_written(model, loaded)
         figures = {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets}
-        return {**figures, "elapsed_s": stats.elapsed_s, **({"digests": digests} if verify_push else {})}
+        checks = {"digests": digests, "expected": expected} if verify_push else {}
+        return {**figures, "elapsed_s": stats.elapsed_s, **checks}
+
+    def k2post_engine_dtypes(self) -> list[str]:
+        """The dtypes of this worker's model parameters as loaded."""
+        from k2post.rollout.held_weights import engine_dtypes
+        from k2post.rollout.vllm_cpu_patch import loaded_parameters
+
+        return engine_dtypes(loaded_parameters(worker_model(self)))
+
+    def k2post_held_verdicts(self, expected: dict[str, dict]) -> dict[str, str]:
+        """Served name -> equal / rounded / wrong: what this worker's model parameters hold now, against the served
+        tensors cast to their dtypes (`k2post.rollout.held_weights`)."""
+        from k2post.rollout.held_weights import held_verdicts
+        from k2post.rollout.vllm_cpu_patch import loaded_parameters
+
+        return held_verdicts(loaded_parameters(worker_model(self)), expected)
 
     def k2post_receive_adapter(
         self,
@@ -91,7 +115,7 @@ class K2PostWorkerExtension:
         verify_push: bool = False,
     ) -> dict[str, Any]:
         """Receive a LoRA adapter's tensors from `address` and register them as adapter `lora_id` (replacing the
-        previous one). Returns the receiver's figures, the modules the adapter covers and, with `verify_push`,
+        previous one). Returns the receiver's figures, the module counts (`install_adapter`) and, with `verify_push`,
         the digests of the tensors as received."""
         from k2post_checkpoint_engine import WeightReceiver
 
@@ -105,9 +129,9 @@ class K2PostWorkerExtension:
         with WeightReceiver(address, load, timeout_s=timeout_s, verify_checksum=verify_checksum) as rx:
             stats = rx.run_update()
         checks = {"digests": tensor_digests(tensors.items())} if verify_push else {}  # vLLM scales B in place
-        modules = install_adapter(self, lora_id, tensors, spec)
+        counts = install_adapter(self, lora_id, tensors, spec)  # every pushed module mapped, or an error naming one
         figures = {"nbytes": stats.nbytes, "n_tensors": stats.n_tensors, "n_buckets": stats.n_buckets}
-        return {**figures, "elapsed_s": stats.elapsed_s, "lora_id": lora_id, "lora_modules": modules, **checks}
+        return {**figures, "elapsed_s": stats.elapsed_s, "lora_id": lora_id, **counts, **checks}
 
     def k2post_in_place_problems(self, cpu: bool) -> list[str]:
         """Why in-place pushes cannot work here (empty: they can)."""

@@ -271,8 +271,9 @@ def test_rope_patch_makes_cpu_kernel_match_reference_for_3d_heads():
 
 
 @pytest.mark.slow
-def test_verified_push_catches_a_skipped_a_swapped_and_a_flipped_tensor(tiny_qwen2_dir):
-    """Real engine, its own process (tests/k2post/rollout/verified_push_worker.py): each fault is named."""
+def test_verified_push_catches_transport_and_loader_faults_and_names_rounded_tensors(tiny_qwen2_dir, tiny_k2_dir):
+    """Real engines, their own process (tests/k2post/rollout/verified_push_worker.py): each fault is named, a
+    sabotaged loader (tensors intact on arrival) included; a bf16 engine holds the fp32 weights rounded."""
     import json
     import os
     import sys
@@ -282,8 +283,8 @@ def test_verified_push_catches_a_skipped_a_swapped_and_a_flipped_tensor(tiny_qwe
     worker = Path(__file__).with_name("verified_push_worker.py")
     repo = Path(__file__).resolve().parents[3]
     done = run_bounded(
-        [sys.executable, str(worker), str(tiny_qwen2_dir)],
-        timeout=300,
+        [sys.executable, str(worker), str(tiny_qwen2_dir), str(tiny_k2_dir)],
+        timeout=420,
         cwd=repo,
         env=dict(os.environ, PYTHONPATH=str(repo)),
     )
@@ -295,6 +296,20 @@ def test_verified_push_catches_a_skipped_a_swapped_and_a_flipped_tensor(tiny_qwe
     assert verdicts["swapped"].startswith("PushVerificationError")
     assert re.search(r"model\.layers\.0\.self_attn\.[qo]_proj\.weight", verdicts["swapped"])
     assert verdicts["flipped"].startswith("PushVerificationError") and "model.norm.weight" in verdicts["flipped"]
+    # the loader itself wrong, the tensors intact on arrival: only the engine's own parameters show it
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert verdicts["loader_transposed"].startswith("PushVerificationError: tensor 'model.layers.0.self_attn.q_proj")
+    assert "(1 of" in verdicts["loader_transposed"]
+    assert re.search(
+        r"PushVerificationError: tensor 'model\.layers\.0\.self_attn\.[qo]_proj.*\(2 of", verdicts["loader_swapped"]
+    )
+    held, row = verdicts["k2_bf16"]["held"], verdicts["k2_bf16"]["row"]
+    assert set(held.values()) == {"equal", "rounded"}, verdicts["k2_bf16"]
+    for name in (q.replace(".0.", ".1.").replace("q_proj", "q_a_proj"), "model.layers.1.mlp.experts.3.up_proj.weight"):
+        assert held[name] == "rounded", name  # fp32 random weights in a bf16 engine
+    assert held["model.norm.weight"] == "equal"  # ones: bf16 holds them exactly
+    assert held["model.layers.1.mlp.gate.e_score_correction_bias"] == "equal"  # vLLM keeps it fp32
+    assert row["push/verified_held"] == 1.0 and row["push/held_rounded"] == sum(v == "rounded" for v in held.values())
 
 
 def _tied_copy(model_dir: Path, out: Path) -> Path:

@@ -2,11 +2,14 @@
 a push the vLLM worker refuses leaves process-global vLLM/torch.distributed state behind that later in-process
 DeepSpeed tests trip over, so this runs apart.
 
-    python tests/k2post/rollout/verified_push_worker.py MODEL_DIR   # prints one JSON line: outcome per case
+    python tests/k2post/rollout/verified_push_worker.py QWEN2_DIR K2_DIR   # prints one JSON line: outcome per case
 
-Cases, each one `VLLMEngine.receive_update(verify_push=True)` from a `WeightSender` in this process, compared with
-the trainer-side digests of what should have arrived (`compare_digests`): the whole model (must pass), a tensor
-the engine never got (skipped), two same-shape tensors swapped, one byte flipped.
+Cases on an fp32 tiny-qwen2 engine, each one `VLLMEngine.receive_update(verify_push=True)` from a `WeightSender` in
+this process, checked as RL checks it (`compare_digests` of what arrived, `check_held` of what the engine's own
+parameters hold after loading): the whole model (must pass), a tensor the engine never got (skipped), two same-shape
+tensors swapped on the way, one byte flipped; then the engine's loader itself sabotaged (monkeypatched), the
+tensors arriving intact: one weight transposed, two same-shape weights loaded into each other's places. Last, the
+whole fp32 tiny-k2 model pushed into a bf16 engine (fused experts, MLA): the verdict per tensor.
 """
 
 from __future__ import annotations
@@ -44,19 +47,73 @@ def verified_push(engine, tensors: dict[str, torch.Tensor]) -> dict:
 
 def verdict(trainer: dict[str, torch.Tensor], pushed: dict[str, torch.Tensor], engine) -> str:
     """ "ok", or the error that stopped the push (`TypeName: message`)."""
-    from k2post.rollout.weight_update import compare_digests, tensor_digests
+    from k2post.rl.actors import verify_pushes
+    from k2post.rollout.weight_update import tensor_digests
 
     outcome = verified_push(engine, pushed)
     try:
         if "error" in outcome:
             raise outcome["error"]
-        compare_digests(tensor_digests(trainer.items()), outcome["result"]["digests"])
+        verify_pushes([{"digests": tensor_digests(trainer.items())}], [outcome["result"]])
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return "ok"
 
 
-def main(model_dir: str) -> int:
+def sabotaged_loader(change):
+    """A context in which the worker's loader applies `change` to each bucket before loading it."""
+    import contextlib
+
+    from k2post.rollout import worker_extension
+
+    @contextlib.contextmanager
+    def patched():
+        original = worker_extension.load_into_model
+        worker_extension.load_into_model = lambda model, named, *a, **k: original(model, change(list(named)), *a, **k)
+        try:
+            yield
+        finally:
+            worker_extension.load_into_model = original
+
+    return patched()
+
+
+def swap(a: str, b: str):
+    def change(named):
+        values = dict(named)
+        return [(n, values[b] if n == a else values[a] if n == b else t) for n, t in named]
+
+    return change
+
+
+def transpose(a: str):
+    return lambda named: [(n, t.T.contiguous() if n == a else t) for n, t in named]
+
+
+def bf16_verdicts(model_dir: str) -> dict:
+    """The whole fp32 model pushed into a bf16 engine: the per-tensor verdicts."""
+    from safetensors.torch import load_file
+
+    from k2post.rollout.config import VLLMEngineConfig
+    from k2post.rollout.vllm_engine import VLLMEngine
+
+    weights = load_file(f"{model_dir}/model.safetensors")
+    engine = VLLMEngine(model_dir, VLLMEngineConfig(dtype="bfloat16", max_model_len=256, max_num_seqs=4))
+    outcome = verified_push(engine, weights)
+    engine.close()
+    if "error" in outcome:
+        return {"error": f"{type(outcome['error']).__name__}: {outcome['error']}"}
+    return {"held": outcome["result"]["held"], "row": verify_pushes_row(weights, outcome["result"])}
+
+
+def verify_pushes_row(weights, result) -> dict:
+    from k2post.rl.actors import verify_pushes
+    from k2post.rollout.weight_update import tensor_digests
+
+    return verify_pushes([{"digests": tensor_digests(weights.items())}], [result])
+
+
+def main(model_dir: str, k2_dir: str) -> int:
     from safetensors.torch import load_file
 
     from k2post.rollout.config import VLLMEngineConfig
@@ -75,10 +132,15 @@ def main(model_dir: str) -> int:
         "swapped": {**weights, q: weights[o], o: weights[q]},
         "flipped": {**weights, "model.norm.weight": flipped},
     }
-    print(json.dumps({name: verdict(weights, pushed, engine) for name, pushed in cases.items()}))
+    verdicts = {name: verdict(weights, pushed, engine) for name, pushed in cases.items()}
+    for name, change in {"loader_transposed": transpose(q), "loader_swapped": swap(q, o)}.items():
+        with sabotaged_loader(change):
+            verdicts[name] = verdict(weights, weights, engine)
     engine.close()
+    verdicts["k2_bf16"] = bf16_verdicts(k2_dir)
+    print(json.dumps(verdicts))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -72,7 +72,8 @@ def test_merged_push_arrives_and_a_lost_adapter_fails_loudly(tiny_qwen2_dir, mon
         before = model_state(engine.llm)["model.layers.0.self_attn.o_proj.weight"].clone()
         served = served_tensors(model, QATConfig(), lora=True)
         row = verify_pushes([_trainer_stats(model, served)], [_push(engine, served)])
-        assert row == {"push/verified": 1.0, "push/lora_adapted": 28.0}  # 7 projections x 4 layers
+        assert row["push/verified_held"] == 1.0 and row["push/lora_adapted"] == 28.0  # 7 projections x 4 layers
+        assert row["push/held_equal"] == len(served) and row["push/held_rounded"] == 0  # fp32 engine: bit for bit
         after = model_state(engine.llm)["model.layers.0.self_attn.o_proj.weight"]
         want = dict(served)["model.layers.0.self_attn.o_proj.weight"]
         assert torch.equal(after, want) and not torch.equal(after, before)
@@ -103,23 +104,29 @@ def _hf_greedy(model, n_tokens: int = 12) -> list[list[int]]:
     return out
 
 
-def _adapter_push(engine, model, spec) -> dict:
+def _adapter_push(engine, model, spec, extra: dict | None = None) -> dict:
     from k2post_checkpoint_engine import CheckpointEngineConfig, WeightSender
 
     from k2post.train.lora import adapter_state
 
     out: dict = {}
-    served = sorted(adapter_state(model).items())
+    served = sorted({**adapter_state(model), **(extra or {})}.items())
     with WeightSender(CheckpointEngineConfig(bucket_nbytes=1 << 20, timeout_s=60.0)) as sender:
         for name, tensor in served:
             sender.register(name, tensor, owner=0)
-        receive = lambda: out.update(  # noqa: E731
-            engine.receive_update(sender.address, timeout_s=60.0, verify_push=True, adapter=spec)
-        )
+
+        def receive() -> None:
+            try:
+                out.update(engine.receive_update(sender.address, timeout_s=60.0, verify_push=True, adapter=spec))
+            except Exception as exc:  # raised below
+                out["error"] = exc
+
         thread = threading.Thread(target=receive)
         thread.start()
         stats = sender.push()
         thread.join(timeout=60)
+    if "error" in out:
+        raise out["error"]
     assert "digests" in out, "the engine received nothing"
     assert stats.nbytes == sum(t.numel() * 4 for _, t in served)  # only the adapter travelled
     return {"stats": {"digests": _digests(served), "lora_adapter": True}, "received": out}
@@ -158,13 +165,52 @@ def test_adapter_only_push_generates_like_the_merged_model(tiny_qwen2_dir):
                     if "lora_B" in name:
                         param.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(seed * 1000 + len(name)))
             pushed = _adapter_push(engine, model, spec)
-            assert verify_pushes([pushed["stats"]], [pushed["received"]]) == {"push/verified": 1.0}
+            row = verify_pushes([pushed["stats"]], [pushed["received"]])
+            assert row == {"push/verified_held": 1.0, "push/lora_pushed": 16.0, "push/lora_mapped": 16.0}
             assert pushed["received"]["lora_modules"] == 4 * 3  # qkv (q, v packed), o_proj, down_proj x 4 layers
             got = [g[0].token_ids for g in engine.generate(PROMPTS, greedy)]
             assert got == _hf_greedy(model) and got != base, seed
         assert engine.weights_version == 2
     finally:
         engine.close()
+
+
+MLA_TARGETS = ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]
+
+
+def test_cpu_engine_refuses_lora_for_the_moe_model_in_one_line(tiny_k2_dir, monkeypatch):
+    """tiny-k2 (DeepSeek-V3: MLA + MoE) with adapter pushes on the CPU build: an adapter on the MLA projections
+    (q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj) was received and every module mapped (20 of 20),
+    then the first generation failed inside vLLM's MoE LoRA Triton kernel. So the engine refuses at build time."""
+    from k2post.rollout import vllm_engine
+    from k2post.rollout.config import VLLMEngineConfig
+    from k2post.rollout.weight_update import WeightUpdateError
+
+    monkeypatch.setattr(vllm_engine, "on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_engine.VLLMEngine, "_build", lambda self, path: self._lora_kwargs())
+    with pytest.raises(WeightUpdateError, match=r"^lora.push: adapter is not supported for the MoE model Deepseek"):
+        vllm_engine.VLLMEngine(tiny_k2_dir, VLLMEngineConfig(lora_max_rank=4))
+
+
+def test_adapter_modules_are_counted_and_each_must_map():
+    from k2post.rollout.lora_adapter import adapter_modules, check_mapped, unmapped_modules
+    from k2post.rollout.weight_update import PushVerificationError
+
+    names = [
+        f"base_model.model.model.layers.0.self_attn.{m}.lora_{ab}.weight"
+        for m in ("q_proj", "o_proj", "x_proj")
+        for ab in "AB"
+    ]
+    pushed = adapter_modules(names)
+    assert pushed == [f"model.layers.0.self_attn.{m}" for m in ("o_proj", "q_proj", "x_proj")]
+    engine = {"model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.o_proj"}
+    packed = {"qkv_proj": ["q_proj", "k_proj", "v_proj"]}
+    assert unmapped_modules(pushed, engine, packed) == ["model.layers.0.self_attn.x_proj"]
+    assert check_mapped(pushed[:2], engine, packed) == {"lora_pushed": 2, "lora_mapped": 2}
+    with pytest.raises(
+        PushVerificationError, match=r"module 'model\.layers\.0\.self_attn\.x_proj'.*pushed 3, mapped 2"
+    ):
+        check_mapped(pushed, engine, packed)
 
 
 def test_an_adapter_push_needs_an_engine_built_for_it():
