@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 
 
 def prompts(n: int) -> list[list[int]]:
-    """Deterministic token prompts of 8-12 tokens (bf16 prefill of 1-4 tokens crashed on CPU, REFERENCE.md)."""
+    """Deterministic token prompts of 8-12 tokens (vLLM CPU's bf16 prefill of 1-4 tokens crashed)."""
     return [[(7 * i + 3 * t) % 3000 + 20 for t in range(8 + i % 5)] for i in range(n)]
 
 

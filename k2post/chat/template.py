@@ -1,6 +1,6 @@
 """The K2 chat template: dialogue -> text, dialogue -> token ids + assistant loss mask.
 
-Format (REFERENCE.md, "Tool-call template (K2 as shipped)"); every message reads
+Format (K2 as shipped; docs/CHAT_TEMPLATE.md); every message reads
 `<|im_begin|>{role}<|im_middle|>{body}<|im_end|>`:
 
 - tools, when given, come first as role `tool_declare`, body = JSON list of OpenAI tool entries;

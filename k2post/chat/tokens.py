@@ -1,6 +1,6 @@
 """K2's special tokens, shared by the tokenizer builder and the chat template.
 
-The strings follow Kimi K2 as shipped (see REFERENCE.md, "Tool-call template").
+The strings follow Kimi K2 as shipped (the format: k2post/chat/template.py and docs/CHAT_TEMPLATE.md).
 """
 
 IM_BEGIN = "<|im_begin|>"

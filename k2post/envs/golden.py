@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from k2post.config.loader import format_validation_error
 from k2post.envs.base import Environment, Reward, Split, Task
-from k2post.envs.registry import builtin_data_dir, get_environment
+from k2post.envs.registry import builtin_data_dir, get_environment, resolve_name
 from k2post.envs.workers import DirectScorer, EnvCache, RewardPool, ScoreItem, error_text
 
 BUILTIN_GOLDEN_DIR = builtin_data_dir("golden")
@@ -229,8 +229,8 @@ def run_golden(
     env_name: str, path: str | Path | None = None, isolated: bool = False, pool: RewardPool | None = None
 ) -> list[CaseResult]:
     """Run every case of a golden file (default: the env's own); `isolated` scores via a RewardPool."""
+    env_name, _ = resolve_name(env_name)  # a `file.py:Class` reference: its class's registered name
     cls = get_environment(env_name)  # unknown name → EnvironmentRegistryError before reading any file
-    env_name = cls.name  # a plugin reference (`file.py:Class`) is registered under the class's own name
     cases = load_golden(path if path is not None else default_golden_path(env_name), tuple(cls.reward_range))
     if not (isolated or pool):
         scorer = DirectScorer()

@@ -25,13 +25,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from k2post.config.base import K2Config
 from k2post.config.loader import format_validation_error
 from k2post.envs.base import Environment
-from k2post.envs.registry import (
-    absolute_reference,
-    get_environment,
-    is_reference,
-    load_reference,
-    registered_environments,
-)
+from k2post.envs.registry import get_environment, resolve_name
 
 
 class RandomLike(Protocol):
@@ -65,11 +59,10 @@ class EnvEntryConfig(K2Config):
         if not isinstance(data, dict):
             return data
         name, plugin = data.get("name"), data.get("plugin")
-        if isinstance(name, str) and is_reference(name):
-            return {**data, "name": get_environment(name).name, "plugin": absolute_reference(name)}
-        if plugin and isinstance(name, str) and name not in registered_environments():
-            load_reference(plugin)
-        return data
+        if not isinstance(name, str):
+            return data
+        name, plugin = resolve_name(name, plugin)
+        return {**data, "name": name, "plugin": plugin} if plugin else data
 
     @field_validator("name")
     @classmethod

@@ -1,7 +1,7 @@
 """pytest helpers: one pytest test per golden case of an environment.
 
-In your own test module (the env must be registered: import its module, or install its
-entry point):
+In your own test module (the env must be registered: import its module, install its entry point, or name
+it by class reference, `"plugins/my_env.py:MyEnv"` / `"my_pkg.envs:MyEnv"`, as a run config's `envs:` may):
 
     from k2post.envs.pytest_plugin import golden_params, assert_golden, golden_test
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from k2post.envs.golden import GoldenCase, check_case, default_golden_path, load_golden
-from k2post.envs.registry import get_environment
+from k2post.envs.registry import get_environment, resolve_name
 from k2post.envs.workers import DirectScorer
 
 _SCORER = DirectScorer()
@@ -46,7 +46,9 @@ class GoldenParam:
 
 
 def golden_params(env_name: str, path: str | Path | None = None) -> list:
-    """`pytest.param`s (id = case id) for every case of the golden file; load errors raise."""
+    """`pytest.param`s (id = case id) for every case of the golden file; load errors raise. `env_name` is a
+    registered name or a `module:Class` / `file.py:Class` reference (resolved as `k2post envs test` does)."""
+    env_name, _ = resolve_name(env_name)
     golden = Path(path) if path is not None else default_golden_path(env_name)
     cases = load_golden(golden, tuple(get_environment(env_name).reward_range))
     return [pytest.param(GoldenParam(env_name, golden, case), id=case.id) for case in cases]

@@ -181,6 +181,17 @@ def _remember(reference: str) -> None:
         os.environ[PLUGINS_ENV_VAR] = PLUGINS_SEPARATOR.join([*known, reference])
 
 
+def resolve_name(name: str, plugin: str | None = None) -> tuple[str, str | None]:
+    """(registered name, plugin reference) of an env as a mix, `k2post eval`, `envs test` and `golden_test` name it:
+    a `module:Class` / `file.py:Class` reference is loaded and gives its class's `name` and the absolute reference;
+    a plain name is kept, its class loaded from `plugin` (a saved config's entry) when it is not registered yet."""
+    if is_reference(name):
+        return get_environment(name).name, absolute_reference(name)
+    if plugin and name not in registered_environments():
+        load_reference(plugin)
+    return name, plugin
+
+
 def registered_environments() -> dict[str, type[Environment]]:
     """All environments: built-ins plus entry points, by name."""
     _load_entry_points()

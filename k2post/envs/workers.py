@@ -13,7 +13,10 @@ process group) is killed and replaced. The run never crashes on a bad response.
 Multi-turn episodes are scored with `ScoreItem(env, task, turns=[assistant dicts])` (replayed
 through reset/step, then score_state) or `ScoreItem(env, task, state=final_state)` (the state
 must pickle). `DirectScorer` has the same interface in-process (no isolation, no timeout). A reward outside the env's
-`reward_range` (or not finite) is an error too: value = the range's minimum, the error text says why.
+`reward_range` (or not finite) is an error too: value = the range's minimum, the error text says why. A scorer
+may return a plain float (as verl's and TRL's reward functions do): it is the value, with a breakdown naming the
+scorer (`{"MyEnv.score": 0.5}`). An error text ends with ` (at file.py:LINE)`: the traceback's last frame inside
+the env's own file (for a bad return value, the line defining its scoring method).
 Throughput: `python benchmarks/reward_throughput.py`.
 
 Environments are found in a worker by registry name; one registered outside the built-ins
@@ -30,11 +33,13 @@ import json
 import math
 import multiprocessing
 import multiprocessing.util
+import numbers
 import os
 import signal
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -110,11 +115,11 @@ def env_key(name: str, config: dict[str, Any]) -> str:
     return name + "|" + json.dumps(config, sort_keys=True, default=str)
 
 
-def error_text(err: BaseException) -> str:
-    """`ValueError: message` on one line, cut to ERROR_CHARS."""
+def error_text(err: BaseException, limit: int = ERROR_CHARS) -> str:
+    """`ValueError: message` on one line, cut to `limit` characters."""
     message = " ".join(str(err).split())
     text = f"{type(err).__name__}: {message}" if message else type(err).__name__
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def failed(floor: float, error: str) -> Reward:
@@ -146,29 +151,81 @@ def replay_turns(env: Environment, task: Task, turns: Sequence[dict[str, Any] | 
     return env.score_state(task, state)
 
 
-def check_reward(reward: Any, reward_range: tuple[float, float] | None = None) -> Reward:
-    """`reward` if it is a Reward with a finite value inside `reward_range` (when given); TypeError/ValueError
-    otherwise (the caller records it as an error reward at the range's minimum)."""
-    if not isinstance(reward, Reward):
-        raise TypeError(f"scorer returned {type(reward).__name__}, expected Reward")
+def as_reward(result: Any, scorer: str = "scorer") -> Reward:
+    """A scorer's result as a Reward: a Reward as is; a plain number (what verl's and TRL's reward functions
+    return) is the value, with a breakdown naming `scorer` (e.g. `{"MyEnv.score": 0.5}`); TypeError otherwise."""
+    if isinstance(result, Reward):
+        return result
+    if isinstance(result, numbers.Real):
+        return Reward(value=float(result), breakdown={scorer: float(result)})
+    raise TypeError(f"{scorer} returned {type(result).__name__}, expected a Reward or a float")
+
+
+def check_reward(reward: Any, reward_range: tuple[float, float] | None = None, scorer: str = "scorer") -> Reward:
+    """`reward` (a Reward, or a plain number: `as_reward`) if its value is finite and inside `reward_range` (when
+    given); TypeError/ValueError otherwise (the caller records it as an error reward at the range's minimum)."""
+    reward = as_reward(reward, scorer)
     if not math.isfinite(reward.value):
-        raise ValueError(f"scorer returned a non-finite reward {reward.value!r}")
+        raise ValueError(f"{scorer} returned a non-finite reward {reward.value!r}")
     if reward_range is not None and not reward_range[0] <= reward.value <= reward_range[1]:
         low, high = reward_range
-        raise ValueError(f"scorer returned {reward.value!r}, outside the env's reward_range [{low:g}, {high:g}]")
+        raise ValueError(f"{scorer} returned {reward.value!r}, outside the env's reward_range [{low:g}, {high:g}]")
     return reward
+
+
+def scorer_method(item: ScoreItem) -> str:
+    """The method that scores `item`: `score`, or `score_state` for turns and final states."""
+    return "score" if item.response is not None else "score_state"
 
 
 def score_item(env: Environment, item: ScoreItem) -> Reward:
     """Score one item with `env` (may raise; callers turn that into an error reward)."""
     bounds = tuple(env.reward_range)
+    scorer = f"{type(env).__name__}.{scorer_method(item)}"
     if item.turns is not None:
-        return check_reward(replay_turns(env, item.task, item.turns), bounds)
+        return check_reward(replay_turns(env, item.task, item.turns), bounds, scorer)
     if item.response is not None:
-        return check_reward(env.score(item.task, item.response), bounds)
+        return check_reward(env.score(item.task, item.response), bounds, scorer)
     if not isinstance(env, MultiTurnEnvironment):
         raise TypeError(f"environment {env.name!r} is single-turn: give a response, not a state")
-    return check_reward(env.score_state(item.task, item.state), bounds)
+    return check_reward(env.score_state(item.task, item.state), bounds, scorer)
+
+
+def _shown_path(path: str) -> str:
+    """`path` relative to the working directory when it lies inside it, else as it is."""
+    try:
+        return os.path.relpath(path) if os.path.abspath(path).startswith(os.getcwd() + os.sep) else path
+    except ValueError:
+        return path
+
+
+def _scorer_files(env: Environment) -> set[str]:
+    """Files defining the env's class and its bases, k2post's own base classes left out."""
+    core = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the k2post package
+    files = {getattr(sys.modules.get(cls.__module__), "__file__", None) for cls in type(env).__mro__}
+    return {os.path.abspath(f) for f in files if f and not os.path.abspath(f).startswith(core + os.sep)}
+
+
+def scorer_location(err: BaseException, env: Environment, item: ScoreItem) -> str | None:
+    """`file:line` of the scorer: the traceback's last frame inside the env's own file(s), else (a bad return
+    value: the error is raised after the scorer returned) the line that defines the scoring method."""
+    files = _scorer_files(env)
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if os.path.abspath(f.filename) in files]
+    if frames:
+        return f"{_shown_path(frames[-1].filename)}:{frames[-1].lineno}"
+    code = getattr(getattr(type(env), scorer_method(item), None), "__code__", None)
+    if code is None or os.path.abspath(code.co_filename) not in files:
+        return None
+    return f"{_shown_path(code.co_filename)}:{code.co_firstlineno}"
+
+
+def scorer_error_text(err: BaseException, env: Environment | None, item: ScoreItem) -> str:
+    """`error_text(err)` followed by ` (at file:line)` of the scorer, when the env is known and it is found."""
+    where = scorer_location(err, env, item) if env is not None else None
+    if where is None:
+        return error_text(err)
+    suffix = f" (at {where})"
+    return error_text(err, ERROR_CHARS - len(suffix)) + suffix
 
 
 @contextlib.contextmanager
@@ -276,12 +333,13 @@ class DirectScorer:
 
     def score(self, item: ScoreItem | Sequence[Any]) -> Reward:
         item = as_item(item)
+        env = None
         try:
             with time_limit(self.timeout_s):
                 env, _ = self.envs.get(item.env, item.config)
                 return score_item(env, item)
         except Exception as err:  # junk output must not crash the caller; ScoreTimeout included
-            return failed(reward_floor(item.env), error_text(err))
+            return failed(reward_floor(item.env), scorer_error_text(err, env, item))
 
     def score_batch(self, items: Iterable[ScoreItem | Sequence[Any]]) -> list[Reward]:
         start = time.perf_counter()
@@ -339,7 +397,7 @@ def _serve_one(conn: Connection, cache: EnvCache, request: tuple[int, ScoreItem,
     try:
         reward = score_item(env, item)
     except (Exception, SystemExit) as err:  # an env calling sys.exit is still just a bad score
-        reward = failed(hint.floor, error_text(err))
+        reward = failed(hint.floor, scorer_error_text(err, env, item))
     _send(conn, ("done", seq, reward), hint.floor)
 
 

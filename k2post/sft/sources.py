@@ -12,6 +12,10 @@ Every row comes back as a dict with k2post's column names (`id`, `messages`, `to
 - `messages` / `tools` may be JSON text (what `k2post synth` writes) or lists of dicts (TRL, OpenAI);
   keys whose value is null are dropped (Arrow fills every struct field in), and OpenAI content parts
   (`[{"type": "text", "text": ...}]`) are joined into one string;
+- ShareGPT turns (`{"from": "human", "value": "..."}`) are converted to OpenAI chat dicts (`sharegpt_messages`:
+  human/user -> user, gpt/assistant -> assistant, system -> system, function_call -> an assistant tool call,
+  observation/tool -> the tool result of the oldest unanswered call), and bare function schemas in `tools`
+  (`{name, description, parameters}`) are wrapped as OpenAI tool entries;
 - a row without an id gets one derived from its content (`row-<16 hex of sha256>`), stable across runs;
 - a JSONL line that is not a JSON object is kept as a row that fails with `file:line: why`.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +163,87 @@ def derived_id(messages: Any, tools: Any) -> str:
     """`row-<16 hex>`: sha256 of the row's messages and tools as canonical JSON (the same row, the same id)."""
     text = json.dumps([messages, tools], sort_keys=True, ensure_ascii=False, default=str)
     return "row-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "function_call": "assistant",
+    "observation": "tool",
+    "tool": "tool",
+}
+
+
+def is_sharegpt(messages: list[Any]) -> bool:
+    """Whether a message list is in ShareGPT form: some turn has `from` and no `role`."""
+    return any(isinstance(m, dict) and "from" in m and "role" not in m for m in messages)
+
+
+def sharegpt_messages(turns: list[Any]) -> list[dict[str, Any]]:
+    """OpenAI chat dicts of ShareGPT turns (SHAREGPT_ROLES). A `function_call` value is JSON of one call
+    `{name, arguments}` or a list of them: it becomes the tool calls of an assistant message (of the assistant
+    turn just before it, when that one has none), with K2 call ids `functions.NAME:IDX`; each `observation` /
+    `tool` turn answers the oldest unanswered call. ValueError `messages[i]...: why` otherwise."""
+    out: list[dict[str, Any]] = []
+    pending: deque[str] = deque()
+    for position, turn in enumerate(turns):
+        kind, value = _sharegpt_turn(turn, position)
+        if kind == "function_call":
+            calls = _sharegpt_calls(value, position, sum(len(m.get("tool_calls", [])) for m in out))
+            pending.extend(call["id"] for call in calls)
+            last = out[-1] if out else {}
+            if last.get("role") == "assistant" and "tool_calls" not in last:
+                last["tool_calls"] = calls
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": calls})
+        elif SHAREGPT_ROLES[kind] == "tool":
+            if not pending:
+                raise ValueError(f"messages[{position}]: a {kind!r} turn with no function_call waiting for it")
+            out.append({"role": "tool", "tool_call_id": pending.popleft(), "content": value})
+        else:
+            out.append({"role": SHAREGPT_ROLES[kind], "content": value})
+    return out
+
+
+def _sharegpt_turn(turn: Any, position: int) -> tuple[str, str]:
+    """(from, value) of one ShareGPT turn, checked."""
+    where = f"messages[{position}]"
+    if not isinstance(turn, dict) or set(turn) - {"from", "value"} or "from" not in turn:
+        got = sorted(turn) if isinstance(turn, dict) else type(turn).__name__
+        raise ValueError(f"{where}: a ShareGPT turn is {{from, value}}, got {got}")
+    if turn["from"] not in SHAREGPT_ROLES:
+        raise ValueError(f"{where}.from: unknown ShareGPT role {turn['from']!r} (known: {', '.join(SHAREGPT_ROLES)})")
+    if not isinstance(turn.get("value"), str):
+        raise ValueError(f"{where}.value: expected a string, got {type(turn.get('value')).__name__}")
+    return turn["from"], turn["value"]
+
+
+def _sharegpt_calls(value: str, position: int, first: int) -> list[dict[str, Any]]:
+    """OpenAI tool calls of a `function_call` value, numbered from `first` over the dialogue."""
+    where = f"messages[{position}].value"
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: a function_call must be JSON {{name, arguments}} ({err.msg})") from None
+    calls = parsed if isinstance(parsed, list) else [parsed]
+    if not calls or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+        raise ValueError(f"{where}: a function_call must be JSON {{name, arguments}} or a list of them")
+    return [
+        {
+            "id": f"functions.{call['name']}:{first + index}",
+            "type": "function",
+            "function": {"name": call["name"], "arguments": call.get("arguments", {})},
+        }
+        for index, call in enumerate(calls)
+    ]
+
+
+def openai_tool(tool: Any) -> Any:
+    """An OpenAI tool entry: a bare function schema `{name, description, parameters}` (ShareGPT / LLaMA-Factory
+    `tools`) wrapped as `{type: function, function: ...}`; anything else as it is."""
+    if isinstance(tool, dict) and "name" in tool and "function" not in tool and "type" not in tool:
+        return {"type": "function", "function": tool}
+    return tool

@@ -1,10 +1,14 @@
 """Values made from a JSON schema: what the schema-driven tool simulator answers with.
 
 For any tool spec, `sample_value` draws a value valid against a schema (enum, const, anyOf/oneOf,
-string formats, numeric and length bounds, arrays, nested objects), deterministic given the RNG;
+string formats, `pattern`s, numeric and length bounds, arrays, nested objects), deterministic given the RNG;
 `conform` keeps the fields an existing record already has and fills the rest, so a simulator's
 answers stay consistent with its state; `inline_refs` resolves a schema's local `$ref`s
 (`#/$defs/...`, `#/definitions/...`) so that the checkers and the generator see plain schemas.
+
+A `pattern` is met by generating from the regex (`pattern_string`: literals, classes, `\\d \\w \\s`, groups,
+alternation, quantifiers, anchors); one it cannot meet (lookarounds, backreferences, or lengths that conflict
+with it) is listed by `unsatisfiable_patterns`, and the task templates leave such a tool out (spec_templates.py).
 
     rng = random.Random(0)
     sample_value({"type": "integer", "minimum": 3, "maximum": 5}, rng)          # 3, 4 or 5
@@ -16,7 +20,16 @@ from __future__ import annotations
 
 import math
 import random
+import re
+import string
 from typing import Any
+
+try:  # the regex parser of the standard library (its module name since Python 3.11)
+    import re._constants as sre
+    import re._parser as sre_parse
+except ImportError:  # pragma: no cover
+    import sre_constants as sre  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
 
 from k2post.toolsets.schema import bound, check_value
 
@@ -123,8 +136,121 @@ def _format_string(fmt: str, rng: random.Random) -> str | None:
     return made.get(fmt)
 
 
+PATTERN_DRAWS = 100
+"""Strings drawn from a pattern before it counts as one the generator cannot meet (with the length bounds)."""
+REPEAT_EXTRA = 3
+"""An open-ended quantifier (`*`, `+`, `{m,}`) repeats at most this many times past its minimum (plus the
+string's minLength, which may need more)."""
+POOL = string.ascii_letters + string.digits + " -_.:/@"
+"""Characters drawn for `.` and negated classes."""
+
+
+class UnsupportedPattern(ValueError):
+    """A regex construct the generator does not produce (lookaround, backreference, ...)."""
+
+
+def _in_class(char: str, items: list[tuple[Any, Any]]) -> bool:
+    """Whether `char` is in a parsed character class (its NEGATE item aside)."""
+    tests = {
+        sre.CATEGORY_DIGIT: str.isdigit,
+        sre.CATEGORY_NOT_DIGIT: lambda c: not c.isdigit(),
+        sre.CATEGORY_WORD: lambda c: c.isalnum() or c == "_",
+        sre.CATEGORY_NOT_WORD: lambda c: not (c.isalnum() or c == "_"),
+        sre.CATEGORY_SPACE: str.isspace,
+        sre.CATEGORY_NOT_SPACE: lambda c: not c.isspace(),
+    }
+    for op, av in items:
+        hit = (
+            (op is sre.LITERAL and ord(char) == av)
+            or (op is sre.RANGE and av[0] <= ord(char) <= av[1])
+            or (op is sre.CATEGORY and av in tests and tests[av](char))
+        )
+        if hit:
+            return True
+    return False
+
+
+def _class_char(items: list[tuple[Any, Any]], rng: random.Random) -> str:
+    """A character of a parsed class `[...]`."""
+    negate = bool(items) and items[0][0] is sre.NEGATE
+    members = items[1:] if negate else items
+    if not negate:
+        op, av = rng.choice(members)
+        if op is sre.LITERAL:
+            return chr(av)
+        if op is sre.RANGE:
+            return chr(rng.randint(*av))
+    pool = [c for c in POOL if _in_class(c, members) != negate]
+    if not pool:
+        raise UnsupportedPattern("empty character class")
+    return rng.choice(pool)
+
+
+def _emit(items: Any, rng: random.Random, out: list[str], extra: int = REPEAT_EXTRA) -> None:
+    """Append to `out` a string the parsed regex `items` matches (open repeats: at most `extra` past the minimum)."""
+    for op, av in items:
+        if op is sre.LITERAL:
+            out.append(chr(av))
+        elif op is sre.NOT_LITERAL:
+            out.append(rng.choice([c for c in POOL if ord(c) != av]))
+        elif op is sre.ANY:
+            out.append(rng.choice(POOL))
+        elif op is sre.IN:
+            out.append(_class_char(av, rng))
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None)):
+            low, high, sub = av
+            for _ in range(rng.randint(low, min(high, low + extra))):
+                _emit(sub, rng, out, extra)
+        elif op is sre.SUBPATTERN:
+            _emit(av[-1], rng, out, extra)
+        elif op is sre.BRANCH:
+            _emit(rng.choice(av[1]), rng, out, extra)
+        elif op is not sre.AT:  # anchors need nothing; the result is checked against the pattern anyway
+            raise UnsupportedPattern(str(op))
+
+
+def pattern_string(pattern: str, rng: random.Random, low: int = 0, high: int | None = None) -> str | None:
+    """A string that `pattern` matches (re.search, as JSON Schema reads it) with low <= length <= high, or None
+    when the generator cannot make one (an unsupported construct, or bounds that conflict with the pattern)."""
+    try:
+        parsed = sre_parse.parse(pattern)
+        for _ in range(PATTERN_DRAWS):
+            out: list[str] = []
+            _emit(parsed, rng, out, REPEAT_EXTRA + low)  # a minLength may need longer repeats
+            text = "".join(out)
+            if low <= len(text) <= (high if high is not None else len(text)) and re.search(pattern, text):
+                return text
+    except (re.error, UnsupportedPattern, RecursionError):
+        return None
+    return None
+
+
+def unsatisfiable_patterns(schema: Any, path: str) -> list[str]:
+    """`path.field: pattern '...'` for every string `pattern` in `schema` (properties, items, anyOf/oneOf) that
+    `pattern_string` cannot meet with its length bounds."""
+    if isinstance(schema, list):
+        return [found for item in schema for found in unsatisfiable_patterns(item, path)]
+    if not isinstance(schema, dict):
+        return []
+    found = []
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and _pattern_text(schema, random.Random(0)) is None:
+        found.append(f"{path}: pattern '{pattern}'")
+    for key, sub in (schema.get("properties") or {}).items():
+        found += unsatisfiable_patterns(sub, f"{path}.{key}")
+    found += unsatisfiable_patterns(schema.get("items"), f"{path}[]")
+    for key in ("anyOf", "oneOf"):
+        found += unsatisfiable_patterns(schema.get(key), path)
+    return found
+
+
+def _pattern_text(schema: dict[str, Any], rng: random.Random) -> str | None:
+    high = schema.get("maxLength")
+    return pattern_string(schema["pattern"], rng, schema.get("minLength", 0), high if isinstance(high, int) else None)
+
+
 def _string(schema: dict[str, Any], rng: random.Random, name: str) -> str:
-    """A string honouring format, min/maxLength; realistic for common property names."""
+    """A string honouring format, pattern, min/maxLength; realistic for common property names."""
     last = name.lower().split("_")[-1] if name else ""
     text = _format_string(str(schema.get("format", "")), rng)
     if text is None:
@@ -132,7 +258,11 @@ def _string(schema: dict[str, Any], rng: random.Random, name: str) -> str:
         text = rng.choice(named) if named else f"{rng.choice(WORDS)}-{rng.randint(10, 99)}"
     low, high = schema.get("minLength", 0), schema.get("maxLength")
     text = text + "x" * max(0, low - len(text))
-    return text[:high] if isinstance(high, int) else text
+    text = text[:high] if isinstance(high, int) else text
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and check_value(name or "value", text, schema) is not None:
+        text = _pattern_text(schema, rng) or text  # unmeetable: left as is (templates skip such tools)
+    return text
 
 
 def _array(schema: dict[str, Any], rng: random.Random, name: str, depth: int) -> list[Any]:

@@ -6,7 +6,9 @@ rubric from what they did: success checks on every record the reference touched 
 value, or absent after a delete), one checkpoint per reference call (a create -> read pair in order),
 and, where the last answer has one, a fact the final answer must mention (a field the arguments did
 not give, a list's count, a generated id). A template whose reference call fails on every draw (an
-inputSchema whose `pattern` the generator cannot meet, say) is left out.
+inputSchema whose `pattern` the generator cannot meet, say) is left out. A tool whose input or output schema has
+a `pattern` the value generator cannot meet (schema_values.unsatisfiable_patterns) is left out up front, with one
+warning line naming the tool and the field (its simulated answers could not be valid).
 
     templates = spec_templates(toolset)                     # name -> fn(rng) -> Scenario
     scenario = templates["helpdesk_get_ticket"](random.Random(0))
@@ -15,6 +17,7 @@ inputSchema whose `pattern` the generator cannot meet, say) is left out.
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,9 +26,10 @@ from typing import Any
 from k2post.chat.types import dump_json
 from k2post.toolsets.base import is_error
 from k2post.toolsets.checks import Checkpoint, Scenario, StateCheck, called, count_alternatives, expect, ref_call
-from k2post.toolsets.schema_values import sample_value
+from k2post.toolsets.schema_values import sample_value, unsatisfiable_patterns
 from k2post.toolsets.spec_toolset import SpecState, SpecToolset, ToolPlan, record_key
 
+logger = logging.getLogger(__name__)
 TemplateFn = Callable[[random.Random], Scenario]
 DRAWS = 20
 """Argument draws a template tries before it gives up on a tool."""
@@ -276,11 +280,26 @@ def _retrying(make: TemplateFn, name: str) -> TemplateFn:
     return template
 
 
+def meetable(toolset: SpecToolset, plan: ToolPlan) -> bool:
+    """Whether the generator meets every `pattern` of the tool's schemas; if not, one warning line says which."""
+    name = plan.spec.name
+    problems = unsatisfiable_patterns(plan.spec.parameters, f"{name}.input")
+    problems += unsatisfiable_patterns(plan.output_schema, f"{name}.output")
+    if problems:
+        logger.warning(
+            "k2post: warning: tool spec %s: no tasks for tool %s: the value generator cannot meet %s",
+            toolset.name,
+            name,
+            "; ".join(problems),
+        )
+    return not problems
+
+
 def spec_templates(toolset: SpecToolset) -> dict[str, TemplateFn]:
     """Template name -> Scenario maker, for every tool that gets a working task (and each create ->
     read pair of a collection); tools whose tasks never build are left out."""
     makers: dict[str, TemplateFn] = {}
-    plans = list(toolset.plans.values())
+    plans = [plan for plan in toolset.plans.values() if meetable(toolset, plan)]
     for plan in plans:
         makers[f"{toolset.name}_{plan.spec.name}"] = _single(toolset, plan, f"{toolset.name}_{plan.spec.name}")
         readers = [p for p in plans if p.kind == "read" and p.collection == plan.collection and p.key]

@@ -283,7 +283,7 @@ def test_parse_survives_pathological_arguments(text: str) -> None:
     assert parsed.tool_calls == [] and len(parsed.errors) == 1
 
 
-# What deployed K2 parsers failed on (REFERENCE.md, "K2 Thinking additions"): each parses here.
+# What deployed K2 parsers failed on (reported in their trackers): each parses here.
 DEPLOYED_FAILURES = {
     "think_not_closed_before_calls": (
         "<think>I should look it up" + _section(_call_text("functions.f:0", '{"a": 1}')),

@@ -135,9 +135,9 @@ class FaultyConfig(EnvConfig):
 
 @register_environment
 class ToyFaulty(Environment):
-    """Misbehaves as the response says: raise, hang, exit, sysexit, nan, notreward, unpicklable,
-    child:<pidfile> (start a sleeping child, write its pid, hang), value:<float> (that reward, in range or not);
-    anything else scores 1."""
+    """Misbehaves as the response says: raise, hang, exit, sysexit, nan, notreward (a str), unpicklable,
+    child:<pidfile> (start a sleeping child, write its pid, hang), value:<float> (that reward, in range or not),
+    float:<float> (that plain float, as verl / TRL reward functions return); anything else scores 1."""
 
     name = "toy_faulty"
     task_type = "toy"
@@ -163,11 +163,13 @@ class ToyFaulty(Environment):
         if response == "nan":
             return Reward(value=math.nan)
         if response == "notreward":
-            return 1.0  # type: ignore[return-value]
+            return "1.0"  # type: ignore[return-value]
         if response == "unpicklable":
             return Reward(value=1.0, info={"fn": lambda: None})
         if response.startswith("value:"):
             return Reward(value=float(response[len("value:") :]))
+        if response.startswith("float:"):
+            return float(response[len("float:") :])  # type: ignore[return-value]
         if response.startswith("child:"):
             child = subprocess.Popen(["sleep", "300"])
             with open(response[len("child:") :], "w") as handle:

@@ -164,7 +164,8 @@ def test_scoring_errors_fail_unless_expected(tmp_path):
     )
     results = run_golden("toy_faulty", path)
     assert [r.passed for r in results] == [False, True, False]
-    assert results[0].detail == "scoring error" and results[0].error == "ValueError: bad response"
+    assert results[0].detail == "scoring error" and results[0].error.startswith("ValueError: bad response (at ")
+    assert results[0].error.endswith("k2post_toy_envs.py:156)")  # the scorer's raise line (test_env_workers.py)
     assert results[2].detail == "expected a scoring error, got none"
 
 

@@ -147,3 +147,27 @@ def test_a_bad_second_entry_is_blamed_as_the_second(plugin_env, second, message)
     with pytest.raises(ValueError) as raised:
         validate_config(EnvMixConfig, {"envs": [{"name": "math"}, {"name": second}]}, "mix.yaml")
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_golden_test_takes_the_reference_the_cli_takes(tmp_path, monkeypatch, plugin_env):
+    """`golden_test("plugins/x.py:Class", path)` passes the cases `k2post envs test plugins/x.py:Class` passes:
+    both resolve the reference to the class's registered name (a relative path from the working directory)."""
+    from k2post.envs.golden import run_golden
+    from k2post.envs.pytest_plugin import assert_golden, golden_params
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "wc.py").write_text(PLUGIN.format(name="word_count_golden"))
+    plugin_env.append("word_count_golden")
+    golden = tmp_path / "wc.jsonl"
+    cases = [
+        {"id": "three", "task": {"index": 0}, "response": "one two three", "expected": 1.0},
+        {"id": "two", "task": {"index": 1, "split": "test"}, "response": "one two", "expected": 0.0},
+    ]
+    golden.write_text("".join(json.dumps(case) + "\n" for case in cases))
+    reference = "plugins/wc.py:WordCount"
+    assert [r.passed for r in run_golden(reference, golden)] == [True, True]
+    params = golden_params(reference, golden)
+    assert [str(p.values[0]) for p in params] == ["word_count_golden:three", "word_count_golden:two"]
+    for param in params:
+        assert_golden(param.values[0])  # raises pytest's Failed on a miss

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
+import k2post_toy_envs
 import pytest
 
 from k2post.chat.types import Message, ToolCall
@@ -12,6 +14,11 @@ from k2post.envs import make_environment
 from k2post.envs.workers import DirectScorer, RewardPool, RewardPoolError, ScoreItem
 
 TIMEOUT_S = 1.0
+TOY_FILE = os.path.relpath(k2post_toy_envs.__file__)  # tests run from the repo root: error texts show it relative
+TOY_LINES = Path(k2post_toy_envs.__file__).read_text().splitlines()
+RAISE_LINE = TOY_LINES.index('            raise ValueError("bad response")') + 1
+AT_RAISE = f"(at {TOY_FILE}:{RAISE_LINE})"
+AT_DEF = f"(at {TOY_FILE}:{k2post_toy_envs.ToyFaulty.score.__code__.co_firstlineno})"
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +46,13 @@ def test_batch_keeps_order_and_scores(pool):
     [
         ("raise", "ValueError: bad response"),
         ("sysexit", "SystemExit: 1"),
-        ("nan", "ValueError: scorer returned a non-finite reward nan"),
-        ("notreward", "TypeError: scorer returned float, expected Reward"),
+        ("nan", "ValueError: ToyFaulty.score returned a non-finite reward nan"),
+        ("notreward", "TypeError: ToyFaulty.score returned str, expected a Reward or a float"),
+        ("float:1.5", "ValueError: ToyFaulty.score returned 1.5, outside the env's reward_range [0, 1]"),
         ("unpicklable", "reward does not pickle: "),
         ("exit", "reward worker died (exit code 3)"),
-        ("value:2.0", "ValueError: scorer returned 2.0, outside the env's reward_range [0, 1]"),
-        ("value:-0.5", "ValueError: scorer returned -0.5, outside the env's reward_range [0, 1]"),
+        ("value:2.0", "ValueError: ToyFaulty.score returned 2.0, outside the env's reward_range [0, 1]"),
+        ("value:-0.5", "ValueError: ToyFaulty.score returned -0.5, outside the env's reward_range [0, 1]"),
     ],
 )
 def test_failures_become_error_rewards(pool, response, error):
@@ -57,10 +65,10 @@ def test_failures_become_error_rewards(pool, response, error):
 @pytest.mark.parametrize(
     "response, value, error",
     [
-        ("value:2.0", 0.0, "ValueError: scorer returned 2.0, outside the env's reward_range [0, 1]"),
+        ("value:2.0", 0.0, f"ValueError: ToyFaulty.score returned 2.0, outside the env's reward_range [0, 1] {AT_DEF}"),
         ("value:1.0", 1.0, None),
         ("value:0.0", 0.0, None),
-        ("raise", 0.0, "ValueError: bad response"),
+        ("raise", 0.0, f"ValueError: bad response {AT_RAISE}"),
     ],
 )
 def test_direct_scorer_clips_out_of_range_rewards_to_an_error(response, value, error):
@@ -163,7 +171,9 @@ def test_direct_scorer_matches_pool(pool):
     items = [("toy_boxed_sum", {}, task, r) for r in [f"\\boxed{{{task.answer}}}", "\\boxed{-1}", "none", "\\boxed{"]]
     direct = DirectScorer().score_batch(items)
     assert [r.value for r in direct] == [r.value for r in pool.score_batch(items)] == [1.0, 0.0, 0.0, 0.0]
-    assert DirectScorer().score(("toy_faulty", {}, _task("toy_faulty"), "raise")).error == "ValueError: bad response"
+    assert DirectScorer().score(("toy_faulty", {}, _task("toy_faulty"), "raise")).error == (
+        f"ValueError: bad response {AT_RAISE}"
+    )
 
 
 def test_stats_and_close():
@@ -264,5 +274,35 @@ def test_an_env_defined_in_stdin_code_says_why_workers_cannot_import_it():
 def test_direct_scoring_is_bounded_in_time_in_the_main_thread():
     started = time.monotonic()
     reward = DirectScorer(timeout_s=0.5).score(("toy_faulty", {}, _task("toy_faulty"), "hang"))
-    assert reward.error == "ScoreTimeout: scoring took longer than 0.5 s" and time.monotonic() - started < 5
+    hang_line = TOY_LINES.index("            time.sleep(3600)") + 1  # where the scorer was stopped
+    assert reward.error == f"ScoreTimeout: scoring took longer than 0.5 s (at {TOY_FILE}:{hang_line})"
+    assert time.monotonic() - started < 5
     assert DirectScorer(timeout_s=0.5).score(("toy_faulty", {}, _task("toy_faulty"), "fine")).error is None
+
+
+@pytest.mark.parametrize("where", ["pool", "direct"])
+def test_a_plain_float_is_the_reward_with_a_breakdown_naming_the_scorer(pool, where):
+    """verl's `compute_score` and TRL's reward functions return floats: such a scorer works unchanged."""
+    scorer = pool if where == "pool" else DirectScorer()
+    task = _task("toy_faulty")
+    plain, integer = scorer.score_batch([("toy_faulty", {}, task, "float:0.25"), ("toy_faulty", {}, task, "float:1")])
+    assert (plain.value, plain.breakdown, plain.error) == (0.25, {"ToyFaulty.score": 0.25}, None)
+    assert (integer.value, integer.error) == (1.0, None)
+
+
+@pytest.mark.parametrize("where", ["pool", "direct"])
+@pytest.mark.parametrize(
+    "response, at",
+    [("raise", AT_RAISE), ("notreward", AT_DEF), ("value:2.0", AT_DEF)],
+    ids=["raises", "returns-a-str", "out-of-range"],
+)
+def test_the_first_reward_error_line_names_the_scorers_file_line(pool, where, response, at):
+    """The scorer's file:line: the last traceback frame in the env's own file, or (a bad return value) the line
+    defining its `score`; it ends the error text and so the first line `describe_errors` prints."""
+    from k2post.envs.reward_errors import describe_errors
+
+    scorer = pool if where == "pool" else DirectScorer()
+    (reward,) = scorer.score_batch([("toy_faulty", {}, _task("toy_faulty"), response)])
+    assert reward.error.endswith(" " + at), reward.error
+    (line,) = describe_errors(["toy_faulty"], [reward.error])
+    assert line.startswith("toy_faulty: 1 of 1 rewards failed; first: ") and line.endswith(at)

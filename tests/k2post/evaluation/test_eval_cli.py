@@ -4,6 +4,7 @@ flags and run configs, one-line errors, a real run."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -238,3 +239,59 @@ def test_cli_prints_reward_error_texts_then_fails_past_the_limit(tmp_path, monke
     assert len(err.splitlines()) == 1 and (model / "eval" / "math-n4-s0.json").is_file()
     assert main([str(model), "--env", "math", "--max-reward-error-fraction", "2"]) == 2
     assert "max_reward_error_fraction" in capsys.readouterr().err
+
+
+PLUGIN_ENV = """
+from k2post.chat.types import Message
+from k2post.envs import Environment, Reward, Task
+
+
+class WordCount(Environment):
+    name = "word_count_eval"
+    task_type = "toy"
+
+    def tasks(self, split="train", seed=0, n=None):
+        for i in range(n or 2):
+            yield Task(id=f"{split}-{i}", env=self.name, task_type="toy",
+                       messages=[Message(role="user", content="Say three words.")], answer=3)
+
+    def score(self, task, response):
+        return Reward(value=float(len(response.split()) == task.answer))
+"""
+
+
+@pytest.mark.parametrize(
+    "run_envs, flags",
+    [
+        ([{"name": "word_count_eval", "plugin": "{file}:WordCount"}], []),  # a run dir written by `k2post rl`
+        ([{"name": "plugins/word_count.py:WordCount", "config": {}}], []),  # a run config as the user wrote it
+        ([{"name": "math"}], ["--env", "plugins/word_count.py:WordCount"]),
+        ([{"name": "math"}], ["--env", "word_count_plugin_mod:WordCount"]),
+    ],
+)
+def test_eval_finds_the_runs_plugin_environments(tmp_path, monkeypatch, run_envs, flags):
+    """`k2post eval RUN_DIR` resolves `file.py:Class` / `module:Class` envs as `k2post rl` does (relative to the
+    working directory, or from the saved entry's absolute `plugin`), with the class's registered name."""
+    from k2post.envs.registry import PLUGINS_ENV_VAR, registered_environments, unregister_environment
+
+    monkeypatch.setenv(PLUGINS_ENV_VAR, "")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "plugins").mkdir()
+    plugin = tmp_path / "plugins" / "word_count.py"
+    plugin.write_text(PLUGIN_ENV)
+    (tmp_path / "word_count_plugin_mod.py").write_text(PLUGIN_ENV)
+    run = tmp_path / "run"
+    _model_dir(run / "final")
+    envs = [{**e, "plugin": e["plugin"].format(file=plugin)} if "plugin" in e else e for e in run_envs]
+    (run / "config.yaml").write_text(yaml.safe_dump({"kind": "rl", "envs": envs}))
+    unregister_environment("word_count_eval")
+    assert "word_count_eval" not in registered_environments()
+    try:
+        cfg = build_eval_config(_request(str(run), "--n", "3", *flags))
+        assert [e.name for e in cfg.envs] == ["word_count_eval"]
+        assert cfg.envs[0].plugin in (f"{plugin}:WordCount", "word_count_plugin_mod:WordCount")
+        assert cfg.report_path == str(run / "eval" / "word_count_eval-n3-s0.json")
+        assert cfg.envs[0].plugin in os.environ[PLUGINS_ENV_VAR]  # reward workers load it too
+    finally:
+        unregister_environment("word_count_eval")

@@ -10,7 +10,7 @@ import pytest
 from data_helpers import write_dataset
 from k2post.sft.config import SFTDataConfig
 from k2post.sft.data import load_sft_data
-from k2post.sft.sources import SFTDataError, derived_id, open_dataset
+from k2post.sft.sources import SFTDataError, derived_id, is_sharegpt, open_dataset, sharegpt_messages
 
 WEATHER_TOOL = {
     "type": "function",
@@ -116,3 +116,100 @@ def test_text_rows_train_on_every_token_and_mix_with_dialogues(tmp_path, sft_tok
     mixed = [trl_row("Oslo"), {"id": "t", "text": "Short text."}, {"id": "bad", "text": ""}]
     data = load_sft_data(_config(_jsonl(tmp_path / "mixed.jsonl", mixed), max_bad_fraction=0.5), sft_tokenizer)
     assert len(data.train) == 2 and "text: expected a non-empty string" in str(data.report.bad_rows[0])
+
+
+def sharegpt_row(city: str) -> dict:
+    """The ShareGPT / LLaMA-Factory form of `trl_row(city)`: `conversations` of {from, value}, bare tool schemas."""
+    call = json.dumps({"name": "get_weather", "arguments": {"city": city}})
+    return {
+        "conversations": [
+            {"from": "human", "value": f"Weather in {city}?"},
+            {"from": "function_call", "value": call},
+            {"from": "observation", "value": "sunny"},
+            {"from": "gpt", "value": f"It is sunny in {city}."},
+        ],
+        "tools": json.dumps([WEATHER_TOOL["function"]]),
+    }
+
+
+def test_sharegpt_rows_train_exactly_as_their_openai_form(tmp_path, sft_tokenizer):
+    sharegpt = _jsonl(tmp_path / "sharegpt.jsonl", [{**sharegpt_row(c), "id": c} for c in ("Paris", "Oslo")])
+    openai = _jsonl(tmp_path / "openai.jsonl", [{**trl_row(c), "id": c} for c in ("Paris", "Oslo")])
+    got = load_sft_data(_config(sharegpt, columns={"messages": "conversations"}), sft_tokenizer)
+    want = load_sft_data(_config(openai), sft_tokenizer)
+    assert got.report.to_json()["num_bad_rows"] == 0 and len(got.train) == 2
+    for mine, theirs in zip(got.train, want.train):
+        assert list(mine.input_ids) == list(theirs.input_ids) and list(mine.loss_mask) == list(theirs.loss_mask)
+
+
+CALL = json.dumps({"name": "f", "arguments": {"x": 1}})
+TWO_CALLS = json.dumps([{"name": "f", "arguments": {}}, {"name": "g", "arguments": "{}"}])
+
+
+def _call(name: str, index: int, arguments) -> dict:
+    return {"id": f"functions.{name}:{index}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+@pytest.mark.parametrize(
+    "turns, messages",
+    [
+        (
+            [{"from": "system", "value": "s"}, {"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}],
+            [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a"},
+            ],
+        ),
+        (  # a function_call after a gpt turn joins it; observations answer calls oldest first
+            [
+                {"from": "user", "value": "q"},
+                {"from": "gpt", "value": "let me look"},
+                {"from": "function_call", "value": TWO_CALLS},
+                {"from": "observation", "value": "r1"},
+                {"from": "tool", "value": "r2"},
+                {"from": "function_call", "value": CALL},
+                {"from": "observation", "value": "r3"},
+                {"from": "assistant", "value": "done"},
+            ],
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "let me look", "tool_calls": [_call("f", 0, {}), _call("g", 1, "{}")]},
+                {"role": "tool", "tool_call_id": "functions.f:0", "content": "r1"},
+                {"role": "tool", "tool_call_id": "functions.g:1", "content": "r2"},
+                {"role": "assistant", "content": None, "tool_calls": [_call("f", 2, {"x": 1})]},
+                {"role": "tool", "tool_call_id": "functions.f:2", "content": "r3"},
+                {"role": "assistant", "content": "done"},
+            ],
+        ),
+    ],
+)
+def test_sharegpt_turns_map_to_openai_messages(turns, messages):
+    assert is_sharegpt(turns) and sharegpt_messages(turns) == messages
+    assert not is_sharegpt(messages)
+
+
+@pytest.mark.parametrize(
+    "turns, error",
+    [
+        ([{"from": "bot", "value": "a"}], "messages[0].from: unknown ShareGPT role 'bot' (known: human, user, gpt"),
+        ([{"from": "gpt", "value": None}], "messages[0].value: expected a string, got NoneType"),
+        ([{"from": "gpt", "value": "a", "weight": 0}], "messages[0]: a ShareGPT turn is {from, value}, got ['from'"),
+        ([{"from": "observation", "value": "r"}], "messages[0]: a 'observation' turn with no function_call waiting"),
+        ([{"from": "function_call", "value": "f(1)"}], "messages[0].value: a function_call must be JSON {name,"),
+        ([{"from": "function_call", "value": "[]"}], "messages[0].value: a function_call must be JSON {name,"),
+    ],
+)
+def test_bad_sharegpt_turns_are_one_line_errors(turns, error):
+    with pytest.raises(ValueError) as raised:
+        sharegpt_messages(turns)
+    assert str(raised.value).startswith(error), str(raised.value)
+
+
+def test_a_bad_sharegpt_row_is_a_bad_row_naming_the_turn(tmp_path, sft_tokenizer):
+    bad = sharegpt_row("Rome")
+    bad["conversations"][2]["from"] = "function_response"
+    path = _jsonl(tmp_path / "bad.jsonl", [{**sharegpt_row("Paris"), "id": "ok"}, {**bad, "id": "bad"}])
+    data = load_sft_data(_config(path, columns={"messages": "conversations"}, max_bad_fraction=1.0), sft_tokenizer)
+    (line,) = data.report.to_json()["bad_rows"]
+    assert line.startswith("row 1 (id bad): messages[2].from: unknown ShareGPT role 'function_response'")

@@ -4,7 +4,9 @@ generated tasks whose reference solutions pass their own rubric."""
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -14,7 +16,7 @@ from k2post.chat.types import ToolSpec
 from k2post.toolsets.base import is_error
 from k2post.toolsets.checks import ToolCallRecord, answer_matches, check_checkpoint, check_state
 from k2post.toolsets.schema import check_value
-from k2post.toolsets.schema_values import conform, inline_refs, sample_value
+from k2post.toolsets.schema_values import conform, inline_refs, pattern_string, sample_value, unsatisfiable_patterns
 from k2post.toolsets.spec_templates import decoded, spec_templates
 from k2post.toolsets.spec_toolset import SpecToolset, collection_key, tool_kind
 
@@ -219,7 +221,117 @@ def test_every_tool_gets_a_task_whose_reference_passes(helpdesk):
     assert scenario.checkpoints[1].after is not None
 
 
-def test_a_tool_whose_task_never_builds_is_left_out():
-    impossible = _tool("get_code", {"code": {"type": "string", "pattern": "^[0-9]{40}$"}}, ["code"])
+def test_a_tool_whose_task_never_builds_is_left_out(caplog):
+    """A pattern the generator cannot meet (a lookahead here) leaves the tool out, with one line naming the
+    tool and the field; a pattern it can meet (40 digits) now gets a task."""
+    impossible = _tool("get_code", {"code": {"type": "string", "pattern": "^(?=.*7)[0-9]{4}$"}}, ["code"])
+    digits = _tool("get_digest", {"digest": {"type": "string", "pattern": "^[0-9]{40}$"}}, ["digest"])
     fine = _tool("get_city", {"name": TEXT}, ["name"])
-    assert set(spec_templates(SpecToolset("codes", "", [impossible, fine]))) == {"codes_get_city"}
+    toolset = SpecToolset("codes", "", [impossible, digits, fine])
+    with caplog.at_level("WARNING", logger="k2post.toolsets.spec_templates"):
+        assert set(spec_templates(toolset)) == {"codes_get_city", "codes_get_digest"}
+    assert [r.getMessage() for r in caplog.records] == [
+        "k2post: warning: tool spec codes: no tasks for tool get_code: the value generator cannot meet "
+        "get_code.input.code: pattern '^(?=.*7)[0-9]{4}$'; get_code.output.code: pattern '^(?=.*7)[0-9]{4}$'"
+    ]  # the output too: a tool without an outputSchema answers its arguments
+
+
+PATTERNS: list[dict[str, Any]] = [
+    {"type": "string", "pattern": r"^[A-Z]{2}-\d{3,5}$"},
+    {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
+    {"type": "string", "pattern": r"^(open|closed|pending)_[a-z0-9]+$"},
+    {"type": "string", "pattern": r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$"},
+    {"type": "string", "pattern": r"^v\d+\.\d+\.\d+(-rc\d+)?$"},
+    {"type": "string", "pattern": r"^[0-9a-f]{40}$"},
+    {"type": "string", "pattern": r"[a-z]"},  # unanchored: JSON Schema searches
+    {"type": "string", "pattern": r"^\w+\s\S+.?$"},
+    {"type": "string", "pattern": r"^[a-z]+$", "minLength": 5, "maxLength": 6},
+    {"type": "string", "pattern": r"^[A-Za-z ]{3,8}$", "format": "email"},
+    {"type": "array", "items": {"type": "string", "pattern": r"^#[0-9A-F]{6}$"}, "minItems": 2},
+]
+
+
+@pytest.mark.parametrize("schema", PATTERNS, ids=[str(i) for i in range(len(PATTERNS))])
+@pytest.mark.parametrize("name", ["", "city", "timezone"])  # names that pick realistic strings too
+def test_sampled_strings_match_their_pattern(schema, name):
+    for seed in range(20):
+        value = sample_value(schema, random.Random(seed), name)
+        jsonschema.validate(value, schema)
+    assert unsatisfiable_patterns(schema, "t.output") == []
+
+
+@pytest.mark.parametrize(
+    "schema, problems",
+    [
+        ({"type": "string", "pattern": r"^(?=.*\d)\w+$"}, ["t.output: pattern '^(?=.*\\d)\\w+$'"]),
+        ({"type": "string", "pattern": r"^(ab)\1$"}, ["t.output: pattern '^(ab)\\1$'"]),
+        (
+            {"type": "object", "properties": {"zip": {"type": "string", "pattern": r"^\d{5}$", "maxLength": 4}}},
+            ["t.output.zip: pattern '^\\d{5}$'"],
+        ),
+        ({"type": "array", "items": {"anyOf": [{"type": "string", "pattern": "(["}]}}, ["t.output[]: pattern '(['"]),
+    ],
+)
+def test_patterns_the_generator_cannot_meet_are_named(schema, problems):
+    assert unsatisfiable_patterns(schema, "t.output") == problems
+    assert pattern_string("^(?=x)x$", random.Random(0)) is None
+
+
+PATTERNED_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "ticket_id": {"type": "string", "pattern": r"^TCK-\d{4}$"},
+        "commit": {"type": "string", "pattern": r"^[0-9a-f]{7,40}$"},
+        "city": {"type": "string", "pattern": r"^[A-Z][a-z]+(-[A-Z][a-z]+)?$"},
+        "labels": {"type": "array", "items": {"type": "string", "pattern": r"^(bug|feature|ops)/[a-z]{3,}$"}},
+    },
+    "required": ["ticket_id", "commit", "city", "labels"],
+    "additionalProperties": False,
+}
+
+
+def test_simulated_outputs_honour_their_output_schemas_patterns():
+    """Every answer of a tool whose outputSchema has patterns (reads, lists, writes) validates against it."""
+    tools = [_tool("get_ticket", {"ticket_id": TEXT}, ["ticket_id"]), _tool("update_ticket", {"ticket_id": TEXT}, [])]
+    toolset = SpecToolset("patterned", "", tools, {"get_ticket": PATTERNED_OUTPUT, "update_ticket": PATTERNED_OUTPUT})
+    for seed in range(20):
+        state = toolset.new_state(toolset="patterned", seed=seed)
+        for name in ("get_ticket", "update_ticket"):
+            result = toolset.call(state, name, {"ticket_id": f"t{seed}"})
+            assert not is_error(result), result
+            jsonschema.validate(decoded(result), PATTERNED_OUTPUT)
+    assert "patterned_get_ticket" in spec_templates(toolset)
+
+
+MCP_SPECS = sorted((Path(__file__).resolve().parent / "data" / "mcp_specs").glob("*.json"))
+
+
+def test_no_recorded_mcp_tool_breaks_its_own_output_schema():
+    """Over the recorded third-party specs (data/mcp_specs), every simulated answer of every tool with an
+    outputSchema validates against the original schema ($refs, patterns and all): 0 of N tools break it."""
+    from k2post.synth.domains import spec_domain
+    from k2post.synth.specs import load_tool_specs
+
+    broken, checked = [], 0
+    for path in MCP_SPECS:
+        (spec,) = load_tool_specs(path)
+        toolset = spec_domain(spec).toolset
+        raw = {tool["name"]: tool for tool in json.loads(path.read_text())["tools"] if "outputSchema" in tool}
+        for tool in [t for t in spec.tools if t.name in raw]:
+            checked += 1
+            for seed in range(10):
+                result = toolset.call(toolset.new_state(toolset=spec.domain, seed=seed), tool.name,
+                                      sample_value(tool.parameters, random.Random(seed)))  # fmt: skip
+                problem = None if is_error(result) else _schema_problem(decoded(result), raw[tool.name])
+                if problem:
+                    broken.append(f"{path.stem}.{tool.name} (seed {seed}): {problem}")
+                    break
+    assert checked >= 10 and broken == [], broken
+
+
+def _schema_problem(value: Any, tool: dict[str, Any]) -> str | None:
+    try:
+        jsonschema.validate(value, tool["outputSchema"])
+    except jsonschema.ValidationError as err:
+        return err.message
+    return None
