@@ -65,6 +65,7 @@ class Sample:
     windows: list[SampleWindow] = field(default_factory=list)  # context management: earlier windows, in order
     context: dict[str, int] = field(default_factory=dict)  # `episode_context_stats` (windows, elisions, ...)
     checkpoint_pass_rate: float | None = None  # the env's `Reward.info["checkpoint_pass_rate"]`, when it reports one
+    temperature: float = 1.0  # the sampling temperature of every token of the episode (it decays over iterations)
 
     @property
     def response_tokens(self) -> int:
@@ -86,6 +87,7 @@ class TrainSequence:
     keep: bool = True  # false: the IS sequence mask dropped it (no loss, no gradient)
     routing: Any = None  # routing_replay: engine experts per token, int16 [len(token_ids), moe_layers, top_k]
     extra_window: bool = False  # an earlier window of the episode whose main row precedes it (same advantage)
+    temperature: float = 1.0  # the sampling temperature: pi_old and pi_theta are softmax(logits / temperature)
 
 
 class GroupBook:
@@ -161,6 +163,7 @@ def sample_rows(sample: Sample, advantage: float) -> list[TrainSequence]:
         behaviour_logprobs=sample.behaviour_logprobs,
         versions=sample.versions,
         routing=sample.routing,
+        temperature=sample.temperature,
     )
     extra = [
         TrainSequence(
@@ -172,6 +175,7 @@ def sample_rows(sample: Sample, advantage: float) -> list[TrainSequence]:
             w.versions,
             routing=w.routing,
             extra_window=True,
+            temperature=sample.temperature,
         )
         for j, w in enumerate(sample.windows)
     ]
@@ -196,9 +200,25 @@ def episode_units(rows: Sequence[Any], like: Sequence[Any] | None = None) -> lis
     return [list(rows[a:b]) for a, b in zip(starts, [*starts[1:], len(rows)])]
 
 
+def episode_index(rows: Sequence[Any]) -> list[int]:
+    """Per row, the position of its episode among `rows` (extra windows share their main row's): the grouping that
+    sums an episode's log-ratio over its windows (`losses.episode_residuals`)."""
+    out, episode = [], -1
+    for row in rows:
+        episode += not getattr(row, "extra_window", False)
+        out.append(max(episode, 0))
+    return out
+
+
 def main_rows(rows: Sequence[Any]) -> int:
     """Episodes among `rows` (extra windows not counted): the N of the K1.5 loss's 1/N."""
     return sum(not getattr(row, "extra_window", False) for row in rows)
+
+
+def kept_episodes(rows: Sequence[Any]) -> int:
+    """Episodes among `rows` the IS mask kept: the N of the K1.5 loss's 1/N (a masked episode is left out of the
+    mean, as if never sampled, so the kept ones' gradient keeps its scale)."""
+    return sum(bool(getattr(row, "keep", True)) for row in rows if not getattr(row, "extra_window", False))
 
 
 def shard_for_ranks(rows: Sequence[Any], world_size: int) -> list[list[Any]]:

@@ -107,18 +107,42 @@ class PromptSamplingConfig(K2Config):
 class ISCorrectionConfig(K2Config):
     """Importance-sampling correction for the gap between the rollout engine (behaviour policy mu) and pi_old.
 
-    Token weights w_t = min(pi_old(y_t) / mu(y_t), cap) enter the K1.5 log-ratio (docs/RL.md); a sequence whose
-    ratio pi_old(y|x) / mu(y|x) leaves [1/cap, cap] is masked out of the step."""
+    Token weights w_t = min(pi_old(y_t) / mu(y_t), cap) enter the K1.5 log-ratio (docs/RL.md). The sequence mask has
+    its own thresholds: an episode is dropped when the per-token geometric mean of pi_old / mu leaves
+    [mask_low, mask_high] and its whole ratio also leaves [1 / mask_product_band, mask_product_band]."""
+
+    renamed_fields = {
+        "sequence_ratio": "mask_low / mask_high (the mask always tests the per-token geometric mean, with "
+        "mask_product_band for short responses)",
+    }
 
     enabled: bool = Field(
         False,
-        description="Weight each token by its truncated ratio and mask far-off sequences. Off by default: an fp32 "
+        description="Weight each token by its truncated ratio and mask far-off episodes. Off by default: an fp32 "
         "engine on CPU matches the trainer to ~1e-6; turn it on for bf16/fp8 engines (GPU) and partial rollouts.",
     )
-    cap: float = Field(2.0, gt=1, description="C: token ratios are truncated at C; sequences outside [1/C, C] masked.")
-    sequence_mask: bool = Field(True, description="Mask sequences whose ratio leaves [1/C, C] (false: weights only).")
-    sequence_ratio: Literal["product", "token_mean"] = Field(
-        "product",
-        description="The sequence ratio the mask tests: product = pi_old(y|x) / mu(y|x); token_mean = its geometric "
-        "mean per model token (length-independent, for long responses).",
+    cap: float = Field(
+        2.0, gt=1, description="C: each token's ratio pi_old / mu is truncated at C (the mask has its own thresholds)."
+    )
+    sequence_mask: bool = Field(True, description="Drop episodes whose ratio is off (false: token weights only).")
+    mask_low: float = Field(
+        0.999,
+        gt=0,
+        lt=1,
+        description="Lower bound on an episode's per-token geometric mean of pi_old / mu (verl's geometric-mean band; "
+        "bf16 noise keeps long responses within 1e-3 of 1, a stretch of mismatched tokens does not).",
+    )
+    mask_high: float = Field(1.001, gt=1, description="Upper bound on the per-token geometric mean of pi_old / mu.")
+    mask_product_band: float = Field(
+        2.0,
+        ge=1,
+        description="B: an episode whose whole ratio pi_old(y|x) / mu(y|x) lies in [1/B, B] is kept whatever its "
+        "geometric mean (short responses, whose per-token mean is noisy); 1 turns this allowance off.",
+    )
+    warn_masked_share: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Log a warning when the mask drops more than this share of a step's episodes (engine and "
+        "trainer disagree: check dtype, temperature, routing replay, stale weights).",
     )

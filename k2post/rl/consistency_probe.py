@@ -3,11 +3,12 @@ routing replay: what tests/k2post/rollout/test_train_inference_consistency.py ch
 benchmarks/rl_consistency.py reports.
 
     gens = [g for out in engine.generate(prompts, sampling) for g in out]      # engine with record_routing
-    report = probe(model, gens, ISCorrectionConfig(enabled=True))              # model: the fp32 trainer model
+    report = probe(model, gens, ISCorrectionConfig(enabled=True), temperature=0.7)  # model: the fp32 trainer model
     report["no_replay"]["consistency/kl"], report["replay"]["routing/disagree_used"], report["is"]["max_weight"]
 
-The trainer side runs the same pieces the RL trainer does (`RoutingReplay.forcing`, `shifted_logprobs`,
-`masked_token_lists`) one generation at a time, and the figures come from `consistency.consistency_metrics`.
+The trainer side runs the same pieces the RL trainer does (`RoutingReplay.forcing`, `temper` at the sampling
+temperature, `shifted_logprobs`, `masked_token_lists`) one generation at a time, and the figures come from
+`consistency.consistency_metrics`.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ import torch
 
 from k2post.rl.config import ISCorrectionConfig
 from k2post.rl.consistency import consistency_metrics, is_weights
-from k2post.rl.losses import masked_token_lists, shifted_logprobs
+from k2post.rl.losses import masked_token_lists, shifted_logprobs, temper
 from k2post.rl.routing_replay import RoutingReplay, RoutingStats, moe_gates
 
 
 @torch.no_grad()
 def trainer_token_logprobs(
-    model: Any, generations: Sequence[Any], replay: RoutingReplay | None, force: bool
+    model: Any, generations: Sequence[Any], replay: RoutingReplay | None, force: bool, temperature: float = 1.0
 ) -> tuple[list[list[float]], RoutingStats]:
-    """The model's log-prob of every generated token (given prompt and earlier tokens); with `replay`, the
-    engine's recorded routing is compared with the model's and, with `force`, used."""
+    """The model's log-prob of every generated token (given prompt and earlier tokens) under softmax(logits / T);
+    with `replay`, the engine's recorded routing is compared with the model's and, with `force`, used."""
     out, stats = [], RoutingStats()
     for gen in generations:
         ids = torch.tensor([list(gen.prompt_ids) + list(gen.token_ids)])  # [1, T]
@@ -44,7 +45,7 @@ def trainer_token_logprobs(
         with forcing as s:
             logits = model(input_ids=ids, use_cache=False).logits
         stats.add(s)
-        out.extend(masked_token_lists(shifted_logprobs(logits, ids), mask))
+        out.extend(masked_token_lists(shifted_logprobs(temper(logits, temperature), ids), mask))
     return out, stats
 
 
@@ -58,29 +59,35 @@ def _variant(old: list[list[float]], generations: Sequence[Any], stats: RoutingS
 
 
 def is_report(old: list[list[float]], generations: Sequence[Any], cfg: ISCorrectionConfig) -> dict[str, float]:
-    """What the IS correction does to these rows: largest token weight, sequences masked, and the largest
-    |log sequence ratio| among the kept ones (bounded by log C)."""
-    weights, kept_logs, masked = [], [], 0
+    """What the IS correction does to these rows: largest token weight, the share of sequences masked, the
+    largest |log-ratio - 1| of a weight (noise: 0 for equal policies), and how many kept sequences lie outside
+    both mask bands (0: the mask does what it says)."""
+    weights, masked, outside = [], 0, 0
     for tokens, gen in zip(old, generations):
         w, keep = is_weights(tokens, list(gen.logprobs), cfg)
         weights.extend(w)
         masked += not keep
-        if keep:
-            kept_logs.append(abs(sum(tokens) - sum(gen.logprobs)))
+        total = sum(tokens) - sum(gen.logprobs)
+        mean = total / max(len(tokens), 1)
+        in_geo = math.log(cfg.mask_low) <= mean <= math.log(cfg.mask_high)
+        outside += keep and not in_geo and abs(total) > math.log(cfg.mask_product_band)
     return {
         "max_weight": max(weights, default=1.0),
+        "weight_dev_max": max((abs(x - 1.0) for x in weights), default=0.0),
         "masked_share": masked / max(len(old), 1),
-        "kept_log_ratio_max": max(kept_logs, default=0.0),
-        "log_cap": math.log(cfg.cap),
+        "kept_outside_bands": float(outside),
     }
 
 
-def probe(model: Any, generations: Sequence[Any], cfg: ISCorrectionConfig) -> dict[str, dict[str, float]]:
-    """{"no_replay": ..., "replay": ... (MoE models with recorded routing), "is": ...} for `generations`."""
+def probe(
+    model: Any, generations: Sequence[Any], cfg: ISCorrectionConfig, temperature: float = 1.0
+) -> dict[str, dict[str, float]]:
+    """{"no_replay": ..., "replay": ... (MoE models with recorded routing), "is": ...} for `generations` sampled at
+    `temperature` (the trainer side tempers its logits the same way)."""
     replay = RoutingReplay(model) if moe_gates(model) else None
-    old, stats = trainer_token_logprobs(model, generations, replay, force=False)
+    old, stats = trainer_token_logprobs(model, generations, replay, False, temperature)
     report = {"no_replay": _variant(old, generations, stats), "is": is_report(old, generations, cfg)}
     if replay is not None and any(g.routed_experts is not None for g in generations):
-        replayed, replay_stats = trainer_token_logprobs(model, generations, replay, force=True)
+        replayed, replay_stats = trainer_token_logprobs(model, generations, replay, True, temperature)
         report["replay"] = _variant(replayed, generations, replay_stats)
     return report

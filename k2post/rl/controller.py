@@ -90,20 +90,32 @@ def episode_seed(run_seed: int, key: str) -> int:
 def apply_is_correction(
     shards: list[list[rb.TrainSequence]], old: list[dict[str, Any]], cfg: ISCorrectionConfig
 ) -> tuple[list[list[float]], list[bool]]:
-    """Set each row's IS token weights and sequence mask (`consistency.is_weights`) from pi_old's token log-probs
-    (`old`: one `old_policy` result per rank); returns each rank's pi_old terms sum_t w_t log pi_old(y_t) (what
-    `train_step` takes) and every row's keep flag. Rows without engine log-probs keep weight 1."""
+    """Set each row's IS token weights and each episode's mask (`consistency.is_weights` over all the episode's
+    context windows at once: one keep flag per episode) from pi_old's token log-probs (`old`: one `old_policy`
+    result per rank); returns each rank's per-row pi_old terms sum_t w_t log pi_old(y_t) (what `train_step` takes)
+    and every episode's keep flag. Rows without engine log-probs keep weight 1."""
     olds, keeps = [], []
     for shard, result in zip(shards, old):
         terms = []
-        for row, tokens in zip(shard, result["token_logprobs"]):
-            behaviour = row.behaviour_logprobs if len(row.behaviour_logprobs) == len(tokens) else tokens
-            weights, row.keep = is_weights(tokens, behaviour, cfg)
-            row.token_weights = weights if cfg.enabled else None
-            terms.append(weighted_sum(tokens, weights))
-            keeps.append(row.keep)
+        for unit, tokens in zip(rb.episode_units(shard), rb.episode_units(result["token_logprobs"], like=shard)):
+            keeps.append(_correct_episode(unit, tokens, cfg, terms))
         olds.append(terms)
     return olds, keeps
+
+
+def _correct_episode(
+    rows: list[rb.TrainSequence], tokens: list[list[float]], cfg: ISCorrectionConfig, terms: list[float]
+) -> bool:
+    """One episode's weights and keep flag (set on every row of it); appends each row's pi_old term to `terms`."""
+    behaviour = [r.behaviour_logprobs if len(r.behaviour_logprobs) == len(t) else t for r, t in zip(rows, tokens)]
+    weights, keep = is_weights([x for t in tokens for x in t], [x for b in behaviour for x in b], cfg)
+    start = 0
+    for row, row_tokens in zip(rows, tokens):
+        row_weights = weights[start : start + len(row_tokens)]
+        start += len(row_tokens)
+        row.keep, row.token_weights = keep, row_weights if cfg.enabled else None
+        terms.append(weighted_sum(row_tokens, row_weights))
+    return keep
 
 
 def step_consistency(
@@ -119,6 +131,23 @@ def step_consistency(
         keeps,
         cap,
     )
+
+
+def warn_masked(checks: dict[str, float], cfg: ISCorrectionConfig) -> bool:
+    """Log one warning line when the IS mask dropped more than `warn_masked_share` of the episodes; returns whether."""
+    share = checks.get("consistency/masked_share", 0.0)
+    if not cfg.enabled or not cfg.sequence_mask or share <= cfg.warn_masked_share:
+        return False
+    log.warning(
+        "IS mask dropped %d of %d episodes (%.0f%% > warn_masked_share %.0f%%): the engine and the trainer disagree "
+        "(kl %.2e); check engine dtype, temperature, routing replay and stale weights",
+        int(checks["consistency/masked_episodes"]),
+        int(checks["consistency/episodes"]),
+        100 * share,
+        100 * cfg.warn_masked_share,
+        checks.get("consistency/kl", float("nan")),
+    )
+    return True
 
 
 def routing_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
@@ -201,6 +230,15 @@ def sample_window(window: Any) -> rb.SampleWindow:
     )
 
 
+def sampled_temperature(episode: Any) -> float:
+    """The temperature the episode's tokens were sampled at (the RL loop sets one per episode; None: the runner's
+    default, which RL never leaves unset)."""
+    value = getattr(episode, "temperature", None)
+    if value is None:
+        raise ValueError(f"episode {episode.id!r} has no sampling temperature: RL episodes must set one")
+    return float(value)
+
+
 def to_sample(episode: Any, reward: Any) -> rb.Sample:
     """A finished episode and its reward as a row of the group book."""
     group_id, index = group_of(episode.id)
@@ -225,6 +263,7 @@ def to_sample(episode: Any, reward: Any) -> rb.Sample:
         windows=[sample_window(w) for w in getattr(episode, "windows", [])],
         context=episode_context_stats(episode),
         checkpoint_pass_rate=checkpoint_rate(reward),
+        temperature=sampled_temperature(episode),
         **episode_tool_stats(episode),
     )
 
@@ -462,6 +501,7 @@ class RLRun:
         tokens = [t for res in results for rank in res for t in rank["token_logprobs"]]
         cap = correction.cap if correction.enabled else None
         checks = step_consistency(rows, tokens, self.state.step, [k for ks in keeps for k in ks], cap)
+        warn_masked(checks, correction)
         return list(olds), {**checks, **routing_metrics([rank for res in results for rank in res])}
 
     def train_and_push(self, iteration: int, timer: PhaseTimer) -> dict[str, Any]:

@@ -17,10 +17,12 @@ Shapes: logp_* and mask are [N, T] (N = prompts x K samples, grouped consecutive
 
 The trainer (k2post/rl/trainer.py) trains micro-batches that may cut groups, so it computes the
 advantages of whole groups first and calls the per-sequence pieces `sequence_logprob` and
-`k15_residuals` that `k15_loss` is built from: sum_i residual_i^2 / N over a step is exactly
+`episode_residuals` (`k15_residuals` once per episode, its log-ratio summed over its context windows) that
+`k15_loss` is built from: sum_i residual_i^2 / N over a step is exactly
 `k15_loss` when every group has K samples (tests/k2post/rl/test_trainer_gradient.py checks the
 DeepSpeed trainer's gradient against autograd of `k15_loss` + `ptx_loss`). `token_entropy` gives
-the policy-entropy diagnostic from the same logits.
+the policy-entropy diagnostic from the same logits. `temper` turns logits into those of the distribution the
+engine sampled (logits / T), so pi_old and pi_theta are the sampled policy.
 """
 
 from __future__ import annotations
@@ -55,6 +57,33 @@ def k15_residuals(
         raise ValueError(f"tau must be > 0, got {tau}")
     logratio = seq_logp_new - seq_logp_old.detach()
     return advantages.detach().to(seq_logp_new.dtype) - tau * logratio, logratio
+
+
+def episode_residuals(
+    row_logp_new: torch.Tensor,
+    row_logp_old: torch.Tensor,
+    episode_of_row: torch.Tensor,
+    advantages: torch.Tensor,
+    tau: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K1.5 residuals of episodes whose tokens lie in several rows (context windows of an elided episode):
+    each episode's log-ratio is summed over all its rows, then `k15_residuals` once per episode, so A_i enters the
+    square once. [R], [R], [R] (episode position of each row, 0..E-1), [E] -> residual [E], log-ratio [E]."""
+    count = advantages.shape[0]
+    if not (row_logp_new.shape == row_logp_old.shape == episode_of_row.shape):
+        raise ValueError(
+            f"{tuple(row_logp_new.shape)} new, {tuple(row_logp_old.shape)} old log-probs for "
+            f"{tuple(episode_of_row.shape)} episode ids"
+        )
+    if episode_of_row.numel() and not 0 <= int(episode_of_row.min()) <= int(episode_of_row.max()) < count:
+        raise ValueError(f"episode ids must lie in 0..{count - 1}, got {episode_of_row.tolist()}")
+    new = torch.zeros(count, dtype=row_logp_new.dtype, device=row_logp_new.device).index_add(
+        0, episode_of_row, row_logp_new
+    )
+    old = torch.zeros(count, dtype=row_logp_new.dtype, device=row_logp_new.device).index_add(
+        0, episode_of_row, row_logp_old.detach().to(row_logp_new.dtype)
+    )
+    return k15_residuals(new, old, advantages, tau)
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -95,6 +124,22 @@ def k15_loss(
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log p(tokens[t] | ...) from logits that predict them. [N, T, V], [N, T] -> [N, T] (fp32)."""
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def temper(logits: torch.Tensor, temperatures: torch.Tensor | float) -> torch.Tensor:
+    """Logits of the distribution a row was sampled from: logits / T (per row). The trained policy pi is
+    softmax(logits / T), what the engine sampled and reports (vLLM's processed log-probs). T = 0 (greedy) has no
+    sampling distribution and is refused: RL samples at T > 0. [N, L, V], [N] or float -> [N, L, V]."""
+    temps = torch.as_tensor(temperatures, dtype=torch.float32, device=logits.device)
+    if bool((temps <= 0).any()):
+        raise ValueError(f"temperature must be > 0 to train on a sample (greedy has no distribution), got {temps}")
+    if temps.ndim == 0:
+        return logits if float(temps) == 1.0 else logits / temps
+    if temps.shape != logits.shape[:1]:
+        raise ValueError(f"{tuple(temps.shape)} temperatures for {logits.shape[0]} rows")
+    if bool((temps == 1.0).all()):
+        return logits
+    return logits / temps.to(logits.dtype)[:, None, None]
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -37,7 +37,25 @@ class RLRolloutConfig(K2Config):
     replicas: int = Field(1, ge=1, description="Rollout actors (vLLM engines); each takes a share of the episodes.")
     prompts_per_iteration: int = Field(8, ge=1, description="Prompts drawn from the mix per iteration.")
     samples_per_prompt: int = Field(4, ge=2, description="K: samples per prompt (the K1.5 mean baseline needs K >= 2).")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass of every rollout.")
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Nucleus sampling mass of every rollout; RL needs 1.0 (the trainer's pi_old and pi_theta are "
+        "softmax(logits / T) over the whole vocabulary, the distribution sampled at top_p 1).",
+    )
+
+    @field_validator("top_p")
+    @classmethod
+    def _full_vocabulary(cls, value: float) -> float:
+        if value < 1:
+            raise ValueError(
+                f"rollout.top_p {value}: RL trains softmax(logits / T) over the whole vocabulary, and a nucleus cut "
+                "cannot be reproduced exactly by the trainer (tokens at its edge flip under numeric noise); set "
+                "rollout.top_p: 1.0 and lower the temperature instead"
+            )
+        return value
+
     engine: VLLMEngineConfig = Field(
         default_factory=lambda: VLLMEngineConfig(dtype="float32", max_model_len=2048, max_num_seqs=64),
         description="The vLLM engine of each rollout actor.",

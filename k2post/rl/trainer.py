@@ -26,15 +26,16 @@ from typing import Any
 import torch
 
 from k2post.train.memory import peak_rss_mib, rss_mib
-from k2post.rl.batch import TrainSequence, main_rows, micro_batches, micro_loss_scale, pad_rows
+from k2post.rl.batch import TrainSequence, episode_index, kept_episodes, micro_batches, micro_loss_scale, pad_rows
 from k2post.optim.qk_clip import recording_real_tokens
 from k2post.rl.losses import (
-    k15_residuals,
+    episode_residuals,
     logits_window,
     masked_token_lists,
     ptx_loss,
     sequence_logprob,
     tail_logprobs,
+    temper,
     token_entropy,
     weight_matrix,
 )
@@ -45,7 +46,7 @@ from k2post.rl.run_config import RLConfig
 log = logging.getLogger(__name__)
 
 # What `_micro_loss` / `train_step` add up over a step's micro-batches (this rank).
-STEP_SUMS = ("loss", "ptx", "entropy", "response_tokens", "logratio_abs_sum", "logratio_abs", "grad_norm")
+STEP_SUMS = ("loss", "ptx", "entropy", "response_tokens", "logratio_abs_sum", "logratio_abs", "grad_norm", "episodes")
 
 
 def _move_optimizer_state(optimizer: Any, device: Any) -> None:
@@ -212,7 +213,8 @@ class RLTrainerWorker:
         self, rows: list[TrainSequence], routing: RoutingStats | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Logits of the trailing positions that predict trained tokens [B, L, V] (`logits_window`: the
-        prompt-only positions before them need no LM head or softmax), input ids [B, T] and loss mask [B, T]
+        prompt-only positions before them need no LM head or softmax), divided by each row's sampling temperature
+        (`temper`: pi is the distribution the engine sampled), input ids [B, T] and loss mask [B, T]
         of a micro-batch (right-padded). Rows with a recorded routing are compared with (and, with
         routing_replay, routed like) the engine; the counts go into `routing`.
 
@@ -225,7 +227,8 @@ class RLTrainerWorker:
         valid = torch.arange(input_ids.shape[1], device=self.engine.device)[None, :] < lengths[:, None]  # [B, T]
         with recording_real_tokens(self.recorder, valid), self._routing(rows, valid, routing):
             logits = self.engine(input_ids=input_ids, use_cache=False, logits_to_keep=logits_window(mask)).logits
-        return logits, input_ids, mask
+        temperatures = torch.tensor([r.temperature for r in rows], device=logits.device)
+        return temper(logits, temperatures), input_ids, mask
 
     @contextlib.contextmanager
     def _routing(self, rows: list[TrainSequence], valid: torch.Tensor, into: RoutingStats | None):
@@ -263,15 +266,21 @@ class RLTrainerWorker:
     def _micro_loss(
         self, rows: list[TrainSequence], old: list[float], scale: float, sums: dict[str, float]
     ) -> torch.Tensor:
-        """scale * sum_i residual_i^2 of one micro-batch (`k15_residuals`); folds diagnostics into `sums`."""
+        """scale * sum_e m_e residual_e^2 of one micro-batch's episodes (`episode_residuals`: one residual per
+        episode, its log-ratio summed over its context windows); folds diagnostics into `sums`."""
         logits, input_ids, mask = self._forward(rows)
         weights = weight_matrix(mask, [r.token_weights for r in rows])  # IS weights (1 without the correction)
-        seq_logp = sequence_logprob(tail_logprobs(logits, input_ids), weights)  # [B]
-        advantages = torch.tensor([r.advantage for r in rows], device=seq_logp.device)
-        residual, logratio = k15_residuals(
-            seq_logp, torch.tensor(old, device=seq_logp.device), advantages, self.cfg.loss.tau
+        seq_logp = sequence_logprob(tail_logprobs(logits, input_ids), weights)  # [B] rows
+        device = seq_logp.device
+        episodes = [r for r in rows if not r.extra_window]
+        residual, logratio = episode_residuals(
+            seq_logp,
+            torch.tensor(old, device=device),
+            torch.tensor(episode_index(rows), device=device),
+            torch.tensor([r.advantage for r in episodes], device=device),
+            self.cfg.loss.tau,
         )
-        keep = torch.tensor([float(r.keep) for r in rows], device=seq_logp.device)  # the IS sequence mask
+        keep = torch.tensor([float(r.keep) for r in episodes], device=device)  # the IS mask, per episode
         residual_sq = (residual.pow(2) * keep).sum()
         with torch.no_grad():
             response = mask[
@@ -280,16 +289,20 @@ class RLTrainerWorker:
             sums["entropy"] += float((token_entropy(logits[:, :-1]) * response).sum())
             sums["response_tokens"] += float(response.sum())
             sums["loss"] += float(residual_sq)
-            sums["logratio_abs_sum"] += float(logratio.abs().sum())
-            sums["logratio_abs"] = max(sums["logratio_abs"], float(logratio.abs().max()))
+            sums["logratio_abs_sum"] += float((logratio.abs() * keep).sum())
+            sums["logratio_abs"] = max(sums["logratio_abs"], float((logratio.abs() * keep).max()))
         return residual_sq * scale
 
     def _backward(
         self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int, sums: dict[str, float]
     ) -> None:
-        """Forward + backward of every micro-batch, `engine.step()` after each but the last (the caller's)."""
+        """Forward + backward of every micro-batch, `engine.step()` after each but the last (the caller's).
+        The loss is the mean over the step's kept episodes (N counts no masked one), summed over the ranks."""
+        from k2post.train.distributed import all_reduce_sum
+
         gas = len(micro)
-        scale = micro_loss_scale(sum(main_rows(m) for m in micro) * self.world_size, self.world_size, gas)
+        sums["episodes"] = all_reduce_sum([float(sum(kept_episodes(m) for m in micro))])[0]
+        scale = micro_loss_scale(max(int(sums["episodes"]), 1), self.world_size, gas)
         for index, (rows, old) in enumerate(zip(micro, logp_old)):
             loss = self._micro_loss(rows, old, scale, sums)
             if index == gas - 1 and self.ptx_rows:
@@ -311,8 +324,7 @@ class RLTrainerWorker:
         self.engine.step()
         sums["grad_norm"] = plain_norm if plain_norm is not None else float(self.engine.get_global_grad_norm() or 0.0)
         qk = self._qk_clip()
-        total = sum(main_rows(m) for m in micro) * self.world_size
-        return self._step_metrics(sums, total, qk, time.perf_counter() - started)
+        return self._step_metrics(sums, max(sums["episodes"], 1.0), qk, time.perf_counter() - started)
 
     def loss_gradient(
         self, micro: list[list[TrainSequence]], logp_old: list[list[float]], step: int
@@ -385,6 +397,7 @@ class RLTrainerWorker:
         )
         row = {
             "train/k15_loss": loss_sum / total,
+            "train/episodes": sums["episodes"],  # N: the step's episodes the IS mask kept (all ranks)
             "train/logratio_abs_max": sums["logratio_abs"],
             "train/lr": self.lr,
             "train/logratio_abs_mean": lr_abs / total,

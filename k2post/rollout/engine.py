@@ -39,7 +39,9 @@ class Generation:
 
     prompt_ids: list[int]
     token_ids: list[int]
-    logprobs: list[float] = field(default_factory=list)  # [len(token_ids)], of the sampled tokens
+    # [len(token_ids)]: each sampled token's log-prob under the distribution it was drawn from (logits / T, then
+    # top-p renormalised; greedy: T = 1), the RL behaviour policy mu
+    logprobs: list[float] = field(default_factory=list)
     text: str = ""
     finish_reason: str | None = None  # "stop" | "length" | None
     routed_experts: Any = None  # record_routing: int16 [prompt + response tokens, moe_layers, top_k], -1 = none

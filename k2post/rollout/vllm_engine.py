@@ -95,6 +95,11 @@ def prepare_vllm_env(cfg: VLLMEngineConfig) -> None:
     _set_mla_disable(on_cpu() if cfg.disable_mla is None else cfg.disable_mla)
 
 
+# Log-probs of the distribution actually sampled: after temperature and top-p (vLLM's default, raw_logprobs, is
+# the untempered model's). Greedy requests get the T = 1 log-probs (vLLM applies no temperature to them).
+LOGPROBS_MODE = "processed_logprobs"
+
+
 def _sampling_params(sampling: SamplingConfig):
     from vllm import SamplingParams
 
@@ -166,6 +171,7 @@ class VLLMEngine:
                 enable_sleep_mode=sleep_mode,
                 distributed_executor_backend="uni",
                 worker_extension_cls=WORKER_EXTENSION,
+                logprobs_mode=LOGPROBS_MODE,
                 **({"enable_prefix_caching": False} if self.cfg.record_routing else {}),
                 **self._lora_kwargs(),
             )

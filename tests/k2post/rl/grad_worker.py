@@ -8,7 +8,8 @@ the step's rows as the controller does (`shard_for_ranks`, `micro_batches`: 2 mi
 and saves `loss_gradient` (the gradient `train_step` would apply, PTX included). The rows carry IS token
 weights and one is masked out (loss.is_correction, docs/RL.md). The reference loads the same HF model alone
 and saves autograd of the documented loss written out by hand, (1/N) sum_i m_i (A_i - tau sum_t w_t
-(log pi - log pi_old)(y_t))^2, + ptx_coef x the mean over ranks of `ptx_loss` on each rank's PTX rows.
+(log pi - log pi_old)(y_t))^2 with N = sum_i m_i and pi = softmax(logits / T_i), + ptx_coef x the mean over ranks
+of `ptx_loss` on each rank's PTX rows.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def rows_and_offsets():
         row = TrainSequence(tokens, [0, 0, 0] + [1] * (n - 3), adv, f"g{i // K}/{i % K}")
         row.token_weights = [0.4 + 0.3 * ((i + t) % 5) for t in range(n - 3)]  # truncated IS weights in (0, C]
         row.keep = i != 5  # the IS sequence mask drops one row
+        row.temperature = 0.7 if i % 2 else 1.0  # pi is softmax(logits / T) of the temperature it was sampled at
         rows.append(row)
     offsets = [0.05 * (i - 3.5) for i in range(len(rows))]  # nonzero log-ratios: the tau term matters
     return rows, offsets
@@ -120,14 +122,15 @@ def run_reference(args) -> None:
     rows, offsets = rows_and_offsets()
     ids, masks = pad_rows([r.token_ids for r in rows], [r.loss_mask for r in rows], pad_id)
     input_ids, mask = torch.tensor(ids), torch.tensor(masks, dtype=torch.float32)
-    logp = shifted_logprobs(model(input_ids=input_ids, use_cache=False).logits, input_ids)  # [N, T]
+    temps = torch.tensor([r.temperature for r in rows])[:, None, None]
+    logp = shifted_logprobs(model(input_ids=input_ids, use_cache=False).logits / temps, input_ids)  # [N, T]
     weights = torch.zeros_like(mask)
     for i, row in enumerate(rows):
         weights[i, mask[i].bool()] = torch.tensor(row.token_weights)
     advantages = torch.tensor([a for g in range(GROUPS) for a in group_advantages_of(REWARDS[g * K : (g + 1) * K])])
     log_ratio = (weights * (logp - logp.detach())).sum(-1) + torch.tensor(offsets)  # sum_t w_t (log pi - log pi_old)
     keep = torch.tensor([float(r.keep) for r in rows])
-    loss = (keep * (advantages - TAU * log_ratio) ** 2).sum() / len(rows)
+    loss = (keep * (advantages - TAU * log_ratio) ** 2).sum() / keep.sum()  # N counts the kept episodes only
     ptx = [ptx_loss(model(**model_inputs(b)).logits, b["labels"]) for b in ptx_batches(args.model, args.ptx, pad_id)]
     (loss + PTX_COEF * sum(ptx) / WORLD).backward()
     torch.save({n: p.grad.detach().clone() for n, p in model.named_parameters()}, Path(args.out) / "reference.pt")

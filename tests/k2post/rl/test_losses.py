@@ -16,6 +16,7 @@ from k2post.rl.losses import (
     sequence_logratio,
     shifted_logprobs,
     tail_logprobs,
+    temper,
 )
 
 
@@ -148,3 +149,38 @@ def test_tail_logprobs_equal_the_full_ones_where_anything_is_trained():
     assert torch.equal(tail[:, 10 - keep + 1 :], full[:, 10 - keep + 1 :]) and not tail[:, : 10 - keep + 1].any()
     with pytest.raises(ValueError, match="tail of 11 logits for 10 tokens"):
         tail_logprobs(torch.zeros(4, 11, 7), ids)
+
+
+@pytest.mark.parametrize(
+    ("logits", "temperature", "expected_logp"),
+    [
+        ([2.0, 1.0, 0.0], 1.0, torch.log_softmax(torch.tensor([2.0, 1.0, 0.0]), -1).tolist()),
+        ([2.0, 1.0, 0.0], 0.5, torch.log_softmax(torch.tensor([4.0, 2.0, 0.0]), -1).tolist()),
+        ([2.0, 1.0, 0.0], 0.7, torch.log_softmax(torch.tensor([2.0, 1.0, 0.0]) / 0.7, -1).tolist()),
+        # p_T(y) = p(y)^(1/T) / sum_v p(v)^(1/T): hand values for p = (0.5, 0.25, 0.25) at T = 0.5
+        (
+            [math.log(0.5), math.log(0.25), math.log(0.25)],
+            0.5,
+            [math.log(0.25 / 0.375), *[math.log(0.0625 / 0.375)] * 2],
+        ),
+        ([0.0, 0.0], 2.0, [math.log(0.5)] * 2),  # uniform stays uniform
+    ],
+)
+def test_tempered_logprobs_are_those_of_the_sampled_distribution(logits, temperature, expected_logp):
+    tempered = temper(torch.tensor([[logits]]), torch.tensor([temperature]))  # [1, 1, V]
+    assert torch.log_softmax(tempered[0, 0], -1).tolist() == pytest.approx(expected_logp, abs=1e-6)
+
+
+def test_temper_is_per_row_and_refuses_greedy_and_mismatched_rows():
+    logits = torch.randn(3, 4, 5)
+    out = temper(logits, torch.tensor([1.0, 0.5, 2.0]))
+    assert (
+        torch.equal(out[0], logits[0])
+        and torch.allclose(out[1], logits[1] * 2)
+        and torch.allclose(out[2], logits[2] / 2)
+    )
+    assert temper(logits, 1.0) is logits and temper(logits, torch.ones(3)) is logits  # T = 1: no copy
+    with pytest.raises(ValueError, match="greedy has no distribution"):
+        temper(logits, torch.tensor([1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match="2 rows|3 rows"):
+        temper(logits, torch.tensor([1.0, 0.5]))

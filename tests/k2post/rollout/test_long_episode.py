@@ -113,10 +113,12 @@ def test_200_call_episode_elides_within_a_bounded_context_and_the_trainer_sees_w
     written = sum(sum(w.loss_mask) for w in windows)
     assert written == episode.generated_tokens
     # the trainer's rows are exactly those windows, one row each, with the episode's advantage
-    sample = to_sample(replace(episode, id="g/0"), score_episode(audit_env, episode))
+    sampled_at = replace(episode, id="g/0", temperature=1.0)  # greedy here; RL episodes carry their temperature
+    sample = to_sample(sampled_at, score_episode(audit_env, episode))
     rows = rb.sample_rows(sample, advantage=0.25)
     assert [r.token_ids for r in rows] == [episode.token_ids, *(w.token_ids for w in episode.windows)]
     assert {r.advantage for r in rows} == {0.25} and sample.response_tokens == written
+    assert {r.temperature for r in rows} == {1.0}  # every window trains at the episode's sampling temperature
 
 
 def test_resume_mid_episode_after_a_checkpoint_continues_it_exactly(walker_engine):
