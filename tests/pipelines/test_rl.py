@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -179,6 +180,8 @@ def test_run_dir_then_sigkill_and_resume_matches_the_uninterrupted_run(work, coi
             _kill_leftovers(str(work / "ray_s"))
     assert reference.returncode == 0, straight_log.read_text()[-3000:]
     _check_run_dir(straight, coin_policy_dir)
+    _check_console(straight_log, straight)
+    assert f"rl: resuming from {killed / 'checkpoints' / 'iter-1'}" in log.read_text()  # the first --resume says so
     got, want = _stable(_metrics(killed)), _stable(_metrics(straight))
     differing = [
         (r["iteration"], k, r.get(k), w.get(k))
@@ -230,6 +233,20 @@ def _kill_when(proc: subprocess.Popen, ready, wait_s: float, log: Path, ray_tmp:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         _kill_leftovers(str(ray_tmp))
+
+
+LIBRARY_NOISE = re.compile(r"WARNING|Warning|warn\(|\[W\d{4}|pid=\w+\)|\(autoscaler|^INFO|^\[|^\d{4}-\d\d-\d\d ")
+
+
+def _check_console(log: Path, run_dir: Path) -> None:
+    """The console holds k2post's own lines only: the first names the run dir and the log file, which holds the
+    libraries' warnings and the Ray workers' output instead of the console."""
+    lines = log.read_text().splitlines()
+    assert lines[0] == f"rl: run_dir {run_dir} (library logs and warnings: {run_dir / 'run.log'})", lines[:3]
+    assert not [line for line in lines if LIBRARY_NOISE.search(line)], lines[:40]
+    assert 3 <= len(lines) <= 12, lines  # run dir, MFU peak, one line per iteration, the summary
+    held = (run_dir / "run.log").read_text()
+    assert "pid=" in held and "WARNING" in held and lines[0] in held
 
 
 def _check_run_dir(run_dir: Path, start_dir: Path) -> None:
@@ -338,7 +355,9 @@ def test_two_ranks_two_replicas_survive_a_killed_rollout_actor(work, tiny_k2_dir
         first = run.iteration(0)
         run.state.iteration = 1
         assert first["train/steps"] == 1 and first["time/push_s"] > 0
-        assert first["push/verified_held"] == 1.0  # the engines hold the INT4 round trip, equal or rounded to their dtype
+        assert (
+            first["push/verified_held"] == 1.0
+        )  # the engines hold the INT4 round trip, equal or rounded to their dtype
         victim = ray.get(run.rollouts.actors[1].ready.remote())["pid"]
         os.kill(victim, signal.SIGKILL)
         second = run.iteration(1)
