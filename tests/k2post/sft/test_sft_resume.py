@@ -96,13 +96,14 @@ def test_stop_and_resume_matches_an_uninterrupted_run(work_dir, dataset, tiny_qw
     assert summary["completed"] and summary["steps"] == STEPS
 
     stopped = _raw_config(work_dir / f"stopped{stage}", dataset, tiny_qwen2_dir, stage, stop_at_step=3)
-    first = _run(stopped)
+    auto = {"resume": "auto"} if stage == 0 else {}  # auto: the same command starts the run, then continues it
+    first = _run(stopped, **auto)
     assert not first["completed"] and first["steps"] == 3 and first["final_dir"] is None
     assert sorted(p.name for p in (work_dir / f"stopped{stage}" / "checkpoints").iterdir()) == ["step-2", "step-3"]
     with pytest.raises(ValueError, match="continue it with `k2post sft --resume "):
         _run(stopped)  # the run dir holds a run: refused without resume
     stopped["train"].pop("stop_at_step")
-    second = _run(stopped, resume=True)
+    second = _run(stopped, **(auto or {"resume": True}))
     assert second["completed"] and second["resumed_from"] == 3
     _assert_same_run(work_dir / f"straight{stage}", work_dir / f"stopped{stage}")
 
