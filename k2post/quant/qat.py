@@ -2,11 +2,18 @@
 
 `install_qat(model, cfg)` wraps the forward of every module whose name matches `cfg.modules` (fnmatch; default:
 the routed MoE experts, `*.mlp.experts`): during that forward each of the module's floating-point weights of
-2+ dims is `fake_quant_ste(weight, cfg.group_size)` — INT4 values in the forward, the gradient straight through
-to the full-precision weight the optimizer (MuonClip) keeps. Parameters stay where and what they are (names,
+2+ dims is its INT4 round trip (`_FakeQuantSTE`: INT4 values in the forward, the gradient straight through to
+the full-precision weight the optimizer (MuonClip) keeps). Parameters stay where and what they are (names,
 ZeRO partitions, optimizer state), so QAT composes with DeepSpeed ZeRO 0-3 and Muon: inside the forward, after
 DeepSpeed's pre-forward hooks have gathered them, the wrapper swaps each target for its fake-quant tensor and
 puts the Parameter back when the forward returns.
+
+The fake-quant tensor is not kept from the forward to the backward (ZeRO-3 frees gathered parameters after the
+forward, but a fresh tensor the graph saved would stay: every routed expert's weights, 4x the activations on
+tiny-k2): when the forward returns its storage is released (`_QuantSlot`, FSDP's storage resize), when the
+module's backward starts (a hook on its outputs' gradient) it is recomputed from the parameter, and once its
+gradient is through (`_FakeQuantSTE.backward`) it is released again. Values and gradients are bit-identical to
+holding it.
 
     targets = install_qat(model, QATConfig(enabled=True))     # {module name: [param names]}
     served = quantized_weights(model, cfg)                    # {state-dict name: w_hat}: what the engine gets
@@ -24,7 +31,7 @@ from typing import Any
 import torch
 
 from k2post.quant.config import QATConfig
-from k2post.quant.int4 import fake_quant_int4, fake_quant_ste
+from k2post.quant.int4 import fake_quant_int4
 
 __all__ = ["QATConfig", "QATError", "install_qat", "qat_targets", "quantized_weights"]
 
@@ -57,17 +64,78 @@ def qat_targets(model: torch.nn.Module, cfg: QATConfig) -> dict[str, list[str]]:
     return targets
 
 
+class _QuantSlot:
+    """One fake-quant weight of one forward: its storage is released when the forward returns and recomputed from
+    the full-precision weight when the module's backward starts, so nothing but the parameter is kept in between
+    (the FSDP move: views the autograd graph saved share this storage, so they see it refilled)."""
+
+    def __init__(self, weight: torch.nn.Parameter, group_size: int) -> None:
+        self.weight, self.group_size = weight, group_size
+        self.alias: torch.Tensor | None = None  # w_hat's storage without its autograd history (no cycle to ctx)
+        self.nbytes = 0
+
+    def hold(self, w_hat: torch.Tensor) -> torch.Tensor:
+        self.alias, self.nbytes = w_hat.data, w_hat.untyped_storage().nbytes()
+        return w_hat
+
+    def release(self) -> None:
+        if self.alias is not None:
+            self.alias.untyped_storage().resize_(0)
+
+    def restore(self) -> None:
+        if self.alias is None or self.alias.untyped_storage().nbytes() == self.nbytes:
+            return
+        self.alias.untyped_storage().resize_(self.nbytes)
+        with torch.no_grad():
+            self.alias.copy_(fake_quant_int4(self.weight.detach(), self.group_size))
+
+
+class _FakeQuantSTE(torch.autograd.Function):
+    """`fake_quant_int4(weight)` in the forward, the gradient straight through to `weight` in the backward; the
+    backward runs after every use of w_hat has had its gradient, so it releases w_hat's storage again."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor, group_size: int, slot: _QuantSlot) -> torch.Tensor:
+        ctx.slot = slot
+        return fake_quant_int4(weight, group_size)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        ctx.slot.release()
+        return grad, None, None
+
+
+def _restore_before_backward(output: Any, slots: list[_QuantSlot]) -> None:
+    """Hook every output tensor that carries a gradient: when its gradient arrives (the module's backward is next;
+    under ZeRO-3 after DeepSpeed has gathered the parameters again) the released weights are recomputed."""
+
+    def restore(_grad: torch.Tensor) -> None:
+        for slot in slots:
+            slot.restore()
+
+    tensors = output if isinstance(output, (tuple, list)) else [output]
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+            tensor.register_hook(restore)
+
+
 def _quantized_forward(module: torch.nn.Module, params: list[str], group_size: int, forward: Any):
     def run(self, *args: Any, **kwargs: Any) -> Any:
         originals = {name: self._parameters.pop(name) for name in params}
+        slots = [_QuantSlot(weight, group_size) for weight in originals.values()]
         try:
-            for name, weight in originals.items():
-                setattr(self, name, fake_quant_ste(weight, group_size))
-            return forward(*args, **kwargs)
+            for (name, weight), slot in zip(originals.items(), slots):
+                setattr(self, name, slot.hold(_FakeQuantSTE.apply(weight, group_size, slot)))
+            output = forward(*args, **kwargs)
         finally:
             for name, weight in originals.items():
                 self.__dict__.pop(name, None)
                 self._parameters[name] = weight
+        if torch.is_grad_enabled():
+            _restore_before_backward(output, slots)
+            for slot in slots:
+                slot.release()
+        return output
 
     return types.MethodType(run, module)
 

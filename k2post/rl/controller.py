@@ -58,6 +58,7 @@ from k2post.rl.schedules import temperature_for
 from k2post.rl.state import ControllerState, latest_checkpoint, publish_final
 from k2post.rollout.agentic import EpisodeOptions, episode_context_stats, episode_tool_stats
 from k2post.train.metrics import perf_text
+from k2post.train.mfu import head_positions
 
 log = logging.getLogger(__name__)
 __all__ = ["ControllerState", "PhaseTimer", "RLRun", "RLRunDirError"]  # ControllerState: old pickles name it here
@@ -481,9 +482,9 @@ class RLRun:
                 results = self.trainers.train_step(micro, old_micro, self.state.step)
             self.state.step += 1
             shaped_mean = sum(map(sum, shaped)) / sum(map(len, shaped))
-            lengths = [len(row.token_ids) for shard in shards for row in shard]
+            sizes = [(len(row.token_ids), head_positions(row.loss_mask)) for shard in shards for row in shard]
             step_s, world = results[0].get("time/trainer_step_s"), self.cfg.trainer.world_size
-            perf = train_perf(self.perf, lengths, step_s, world)
+            perf = train_perf(self.perf, sizes, step_s, world)
             rows.append({**results[0], **checks, **signal, **perf, "train/shaped_reward_mean": shaped_mean})
         with timer("wake"):
             self.rollouts.sleep(False)

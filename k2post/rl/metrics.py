@@ -13,7 +13,8 @@ grad norm and Muon update RMS (a panel per metric logged); throughput.png: train
 
 `perf/*` (per iteration): `perf/train_tokens_per_s`, the tokens of a step's sequences (all ranks) over rank 0's
 `time/trainer_step_s`; `perf/mfu`, those tokens' training FLOPs (k2post/train/mfu.py: 3 x forward, attention at
-each sequence's causal length) over the peak FLOP/s x trainer ranks — both the mean over the iteration's steps;
+each sequence's causal length, the LM head only at the positions whose logits the trainer computes) over the
+peak FLOP/s x trainer ranks — both the mean over the iteration's steps;
 `perf/rollout_tokens_per_s`, model-written tokens of the episodes that finished this iteration over
 `time/rollout_s` (with partial rollout an episode's earlier iterations' tokens count when it finishes).
 """
@@ -73,10 +74,12 @@ PANELS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 
 @dataclass(frozen=True)
 class PerfModel:
-    """What `perf/mfu` needs: the trained model's config and forward matmul FLOPs per token, one rank's peak."""
+    """What `perf/mfu` needs: the trained model's config, forward matmul FLOPs per token (all, and the LM head's
+    share), one rank's peak."""
 
     config: Any
     matrix_flops: int
+    head_flops: int
     peak_flops: float
     peak_source: str
 
@@ -84,25 +87,28 @@ class PerfModel:
 def perf_model(model_dir: str, dtype: str, device: str) -> PerfModel:
     """The `PerfModel` of the HF model in `model_dir` (built on the meta device) on a trainer `device`."""
     from k2post.models.stats import load_config, matrix_flops_per_token, meta_model
-    from k2post.train.mfu import peak_flops
+    from k2post.train.mfu import head_flops_per_token, peak_flops
 
     config = load_config(model_dir)
     peak, source = peak_flops(device, dtype)
-    return PerfModel(config, matrix_flops_per_token(meta_model(config)), peak, source)
+    model = meta_model(config)
+    return PerfModel(config, matrix_flops_per_token(model), head_flops_per_token(model), peak, source)
 
 
-def train_perf(perf: PerfModel | None, lengths: list[int], seconds: float | None, world_size: int) -> dict[str, float]:
+def train_perf(
+    perf: PerfModel | None, rows: list[tuple[int, int]], seconds: float | None, world_size: int
+) -> dict[str, float]:
     """`perf/train_tokens_per_s` and (with a `perf` model) `perf/mfu` of one optimizer step over sequences of
-    these lengths taking `seconds`; {} without a step time."""
-    from k2post.train.mfu import causal_context, mfu, train_flops
+    (tokens, LM-head positions: `k2post.train.mfu.head_positions`) taking `seconds`; {} without a step time."""
+    from k2post.train.mfu import mfu, step_train_flops
 
-    if not seconds or not lengths:
+    tokens = sum(n for n, _ in rows)
+    if not seconds or not tokens:
         return {}
-    tokens_per_s = sum(lengths) / seconds
-    out = {"perf/train_tokens_per_s": tokens_per_s}
+    out = {"perf/train_tokens_per_s": tokens / seconds}
     if perf is not None:
-        per_token = train_flops(perf.config, perf.matrix_flops, causal_context(lengths))
-        out["perf/mfu"] = mfu(tokens_per_s, per_token, perf.peak_flops * world_size)
+        flops = step_train_flops(perf.config, perf.matrix_flops, perf.head_flops, rows)
+        out["perf/mfu"] = mfu(tokens / seconds, flops / tokens, perf.peak_flops * world_size)
     return out
 
 

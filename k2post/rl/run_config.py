@@ -26,7 +26,7 @@ from k2post.rl.config import (
     PromptSamplingConfig,
     TemperatureConfig,
 )
-from k2post.rollout.config import AgenticRolloutConfig, VLLMEngineConfig
+from k2post.rollout.config import AgenticRolloutConfig, VLLMEngineConfig, check_routing_capture
 from k2post.train.config import MOVED_TRAIN_KEYS, CheckpointConfig, LRScheduleConfig
 from k2post.train.lora_config import LoRAConfig
 
@@ -358,6 +358,7 @@ class RLConfig(K2Config):
 
     @model_validator(mode="after")
     def _replay_records(self) -> "RLConfig":
+        check_routing_capture(self.routing_replay, self.rollout.engine.enforce_eager)
         if self.routing_replay and not self.rollout.engine.record_routing:
             self.rollout.engine.record_routing = True  # replay needs what the engines record
         engine = self.rollout.engine

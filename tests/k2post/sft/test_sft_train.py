@@ -83,10 +83,10 @@ def test_metrics_and_outputs(learn_run):
         assert row["tokens"] > row["label_tokens"] > 0 and row["lr"] > 0
         assert "qk_clip/max_logit" in row and row["qk_clip/frac_clipped"] == 0.0  # tiny logits: never over tau 100
         assert row["perf/tokens_per_s"] == pytest.approx(row["tokens"] / row["step_time_s"], rel=1e-2)
-        # against the device peak; on a CPU its measured matmul peak, which reads low when other processes share the
-        # cores at the moment it is measured (1.25 seen beside another pytest): a sanity range, the formula is
-        # tested in tests/k2post/train/test_mfu.py
-        assert 0.0 < row["perf/mfu"] < 3.0
+        # against the device peak; on a CPU the best matmul rate measured on this machine (k2post/train/mfu.py: a
+        # peak measured while other processes shared the cores read MFU 1.25); the formula is tested in
+        # tests/k2post/train/test_mfu.py
+        assert 0.0 < row["perf/mfu"] <= 1.0
     lrs = [r["lr"] for r in steps]
     assert lrs[4] == pytest.approx(2e-3) and lrs[-1] < lrs[10]  # warmup then cosine decay
     report = json.loads((run_dir / "data_report.json").read_text())
