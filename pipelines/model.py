@@ -1,8 +1,8 @@
 """`k2post model`: build a tiny model + tokenizer from a named flavor, list the flavors.
 
-    k2post model init --flavor tiny-qwen2 --out artifacts/models/tiny-qwen2 [--seed 0] [--overwrite]
+    k2post model init --flavor tiny-qwen2 --out artifacts/models/tiny-qwen2 [--seed 0] [--chat-format instruct|thinking]
     k2post model flavors
-    k2post model prepare path/to/hf_model --out artifacts/models/mine [--overwrite]   # bring your own model
+    k2post model prepare path/to/hf_model --out artifacts/models/mine [--chat-format thinking] [--overwrite]
     k2post model export runs/rl/final --int4 out/int4 [--group-size 32] [--modules '*.mlp.experts']
     k2post model stats MODEL_DIR | CONFIG_JSON | --preset kimi-k2 [--context 4096] [--kv-dtype bf16] [--json]
     python -m k2post_pipelines.model flavors               # the same without the console script
@@ -22,6 +22,13 @@ import argparse
 
 from k2post.command import command_parser, run_command
 
+CHAT_FORMAT_ARG = {
+    "choices": ("instruct", "thinking"),
+    "default": "instruct",
+    "help": "K2 chat template the tokenizer gets: instruct (K2-Instruct, no think blocks; default) or thinking "
+    "(K2-Thinking: <think> blocks, generation prompt ends with <think>)",
+}
+
 
 def _init(args: argparse.Namespace) -> int:
     from k2post.models.flavors import FLAVORS, unknown_flavor_message
@@ -30,7 +37,14 @@ def _init(args: argparse.Namespace) -> int:
         raise KeyError(unknown_flavor_message(args.flavor))
     from k2post.models.init import init_model_dir
 
-    path = init_model_dir(args.flavor, args.out, seed=args.seed, vocab_size=args.vocab_size, overwrite=args.overwrite)
+    path = init_model_dir(
+        args.flavor,
+        args.out,
+        seed=args.seed,
+        vocab_size=args.vocab_size,
+        overwrite=args.overwrite,
+        chat_format=args.chat_format,
+    )
     print(f"model written to {path}")
     return 0
 
@@ -41,7 +55,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from k2post.models.prepare import check_dirs, prepare_model_dir
 
     check_dirs(Path(args.source), Path(args.out), args.overwrite)  # a mistake is one line before torch loads
-    report = prepare_model_dir(args.source, args.out, overwrite=args.overwrite)
+    report = prepare_model_dir(args.source, args.out, overwrite=args.overwrite, chat_format=args.chat_format)
     print(report.summary())
     return 0
 
@@ -98,12 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--seed", type=int, default=0, help="init seed (default 0)")
     init.add_argument("--vocab-size", type=int, default=4096, help="tokenizer vocab size (default 4096)")
     init.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    init.add_argument("--chat-format", **CHAT_FORMAT_ARG)
     init.set_defaults(func=_init)
     sub.add_parser("flavors", help="list the model flavors").set_defaults(func=_flavors)
     prepare = sub.add_parser("prepare", help="add K2's special tokens + chat template to any HF causal-LM dir")
     prepare.add_argument("source", metavar="HF_DIR", help="an HF causal-LM directory (config.json, weights, tokenizer)")
     prepare.add_argument("--out", required=True, help="output directory (the source is left as it is)")
     prepare.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    prepare.add_argument("--chat-format", **CHAT_FORMAT_ARG)
     prepare.set_defaults(func=_prepare)
     export = sub.add_parser("export", help="write an INT4 (compressed-tensors pack-quantized) checkpoint")
     export.add_argument("source", metavar="MODEL_DIR", help="an HF model dir (e.g. a QAT run's final/)")

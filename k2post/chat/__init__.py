@@ -1,12 +1,16 @@
-"""K2 chat format: typed messages, the K2 template (text, token ids + loss mask, HF Jinja),
-and a never-raising parser for generated assistant turns."""
+"""K2 chat format: typed messages, the K2 templates as shipped (instruct and thinking: text, token ids + loss mask,
+HF Jinja), and a never-raising parser for generated assistant turns."""
 
 from k2post.chat.parse import ParsedAssistant, ToolCallParseError, parse_assistant
 from k2post.chat.template import (
-    CHAT_TEMPLATE_JINJA,
-    GENERATION_PROMPT,
+    CHAT_FORMATS,
+    CHAT_TEMPLATES,
+    DEFAULT_SYSTEM_PROMPT,
+    GENERATION_PROMPTS,
+    ChatFormat,
     RenderedChat,
     assign_tool_call_ids,
+    chat_format,
     render_assistant_body,
     render_continuation_ids,
     render_ids,
@@ -16,8 +20,11 @@ from k2post.chat.template import (
 from k2post.chat.types import Message, ToolCall, ToolSpec, dialogue_from_openai
 
 __all__ = [
-    "CHAT_TEMPLATE_JINJA",
-    "GENERATION_PROMPT",
+    "CHAT_FORMATS",
+    "CHAT_TEMPLATES",
+    "DEFAULT_SYSTEM_PROMPT",
+    "GENERATION_PROMPTS",
+    "ChatFormat",
     "Message",
     "ParsedAssistant",
     "RenderedChat",
@@ -25,6 +32,7 @@ __all__ = [
     "ToolCallParseError",
     "ToolSpec",
     "assign_tool_call_ids",
+    "chat_format",
     "dialogue_from_openai",
     "parse_assistant",
     "render_assistant_body",

@@ -1,9 +1,10 @@
 """Parse a generated K2 assistant turn into reasoning, content and tool calls; never raises.
 
-Input is what the model wrote after the generation prompt `<|im_begin|>assistant<|im_middle|>`,
-with or without the closing `<|im_end|>` (anything after `<|im_end|>`, `<|endoftext|>` or a new
-`<|im_begin|>` is ignored). Malformed tool calls become `ToolCallParseError` records whose
-`.message` can be handed back to the model; a call is listed in `tool_calls` only when it has
+Input is what the model wrote after the generation prompt `<|im_assistant|>assistant<|im_middle|>`,
+with or without the closing `<|im_end|>` (anything after `<|im_end|>`, `<|endoftext|>` or the start of a new
+message is ignored). In the thinking format the prompt ends with `<think>`, so the turn starts inside the
+reasoning (`reasoning</think>answer`): pass `thinking=True`. Malformed tool calls become `ToolCallParseError`
+records whose `.message` can be handed back to the model; a call is listed in `tool_calls` only when it has
 no error. Arguments are read with `json.loads` (never eval).
 
 It survives what deployed K2 parsers tripped on (tests/k2post/chat/test_parse.py, "deployed failures"):
@@ -11,7 +12,8 @@ a `<think>` never closed before the tool-call section (reasoning ends at the sec
 `unterminated_think`), the singular `<|tool_call_section_begin|>` / `<|tool_call_section_end|>` spelling (read
 as the plural), several calls in one section, raw tool-call tags leaking into the content (removed from it;
 soft error `leaked_tags`), and call indices that do not count up (kept as written; the template renumbers
-them when the dialogue is rendered, `strict_ids=True` reports them). Soft errors (`SOFT_ERRORS`) describe the
+them when the dialogue is rendered, `strict_ids=True` reports them; an index counted per turn is accepted as well as
+one counted per dialogue). Soft errors (`SOFT_ERRORS`) describe the
 text but leave nothing to tell the model.
 """
 
@@ -24,8 +26,8 @@ from typing import Any, Literal
 
 from k2post.chat.tokens import (
     EOS,
-    IM_BEGIN,
     IM_END,
+    MESSAGE_STARTS,
     THINK_BEGIN,
     THINK_END,
     TOOL_CALL_ARG_BEGIN,
@@ -57,7 +59,7 @@ SECTION_ALIASES = {  # spellings deployed models produce, read as the template's
 }
 TOOL_TAGS = (TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_CALL_ARG_BEGIN)
 
-TURN_STOPS = (IM_END, EOS, IM_BEGIN)
+TURN_STOPS = (IM_END, EOS, *MESSAGE_STARTS)
 RAW_PREVIEW_CHARS = 200
 
 
@@ -227,12 +229,12 @@ def _parse_call(chunk: str, ordinal: int, rules: _CallRules) -> ToolCall | ToolC
         )
     name, index = name_and_index
     expected = rules.start_index + ordinal
-    if rules.strict_ids and index != expected:
+    if rules.strict_ids and index not in (expected, ordinal):
         return _error(
             "bad_index",
             ordinal,
             chunk,
-            f"call id {call_id!r} should have index {expected}",
+            f"call id {call_id!r} should have index {expected} (or {ordinal}, counted in this turn)",
             call_id,
         )
     if rules.known_tools is not None and name not in rules.known_tools:
@@ -298,11 +300,16 @@ def parse_assistant(
     start_index: int = 0,
     known_tools: Collection[str] | None = None,
     strict_ids: bool = False,
+    thinking: bool = False,
 ) -> ParsedAssistant:
     """Parse generated assistant text. `start_index` is the dialogue-wide index the turn's first
-    call should carry (checked only with `strict_ids`); `known_tools` flags calls to other tools."""
+    call should carry (checked only with `strict_ids`, which also accepts the index counted within the turn);
+    `known_tools` flags calls to other tools; `thinking`: the text follows the thinking format's prompt `<think>`
+    (reasoning first, then `</think>`; a text that repeats the `<think>` is read the same)."""
     for alias, canonical in SECTION_ALIASES.items():
         text = text.replace(alias, canonical)
+    if thinking and not text.startswith(THINK_BEGIN):
+        text = THINK_BEGIN + text
     reasoning, rest, errors = _split_reasoning(_cut_turn(text))
     content, section, section_errors = _split_section(rest)
     content, leaked = _strip_tags(content)

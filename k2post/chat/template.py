@@ -1,28 +1,32 @@
-"""The K2 chat template: dialogue -> text, dialogue -> token ids + assistant loss mask.
+"""The K2 chat template as shipped: dialogue -> text, dialogue -> token ids + assistant loss mask, HF Jinja.
 
-Format (K2 as shipped; docs/CHAT_TEMPLATE.md); every message reads
-`<|im_begin|>{role}<|im_middle|>{body}<|im_end|>`:
+Two shipped variants, told apart by the tokenizer's chat_template (`chat_format`): "instruct" (K2-Instruct) and
+"thinking" (K2-Thinking). Every message reads `{start}{name}<|im_middle|>{body}<|im_end|>`, where start is
+`<|im_user|>` (user), `<|im_assistant|>` (assistant) or `<|im_system|>` (every other role) and name is
+`message.name or message.role`:
 
-- tools, when given, come first as role `tool_declare`, body = JSON list of OpenAI tool entries;
-- assistant body = optional `<think>{reasoning}</think>`, then content, then, when it calls
-  tools, `<|tool_calls_section_begin|>` + per call `<|tool_call_begin|>functions.NAME:IDX
-  <|tool_call_argument_begin|>{JSON arguments}<|tool_call_end|>` + `<|tool_calls_section_end|>`
-  (IDX counts calls from 0 across the dialogue);
+- tools, when given, come first as `<|im_system|>tool_declare<|im_middle|>{tools as compact JSON}<|im_end|>`;
+- when the dialogue does not start with a system message, `DEFAULT_SYSTEM_PROMPT` is injected as one (after the
+  tool declaration);
+- assistant body = content, then, when it calls tools, `<|tool_calls_section_begin|>` + per call
+  `<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{JSON arguments}<|tool_call_end|>` +
+  `<|tool_calls_section_end|>`; thinking prefixes `<think>{reasoning}</think>` (below);
 - tool body = `## Return of {tool_call_id}\\n{content}`; system/user body = content;
-- generation prompt = `<|im_begin|>assistant<|im_middle|>`.
+- generation prompt = `<|im_assistant|>assistant<|im_middle|>` (thinking: then `<think>`).
 
-Reasoning across turns (K2 Thinking): an assistant message before the last user message is history and
-renders its reasoning as an empty `<think></think>`; the messages of the current exchange (after the last
-user message: the tool-calling turns and their results) keep theirs. The loss mask agrees with that view: a
-history message whose reasoning was hidden gets mask 0 (training on it would teach answers without the
-reasoning that produced them); give each exchange its own row to train it.
+Reasoning (thinking only; instruct renders none): the dialogue splits at its last assistant message without tool
+calls (`history_split`); assistant messages up to and including it render an empty `<think></think>`, those after
+it (the current tool loop) `<think>{reasoning}</think>`. The loss mask agrees: a history message whose non-empty
+reasoning was hidden gets 0 (training on it would teach an answer without the reasoning that produced it), and the
+`<think>` of an assistant header is the generation prompt's, never trained. An SFT row's final answer is trained as
+the model wrote it (`last_turn_open`: the split is taken over the messages before it).
 
-Call ids are always rendered in K2 form: both renderers rewrite any other id (OpenAI's `call_abc123`)
-to `functions.NAME:IDX` and point each tool result at the K2 id of the call it answers
-(`assign_tool_call_ids`); K2 ids with the right index are kept as they are.
+Call ids: ids k2post assigns are `functions.NAME:IDX` with IDX dialogue-wide; both renderers rewrite other ids
+(OpenAI's `call_abc123`) to that and point each tool result at the new id (`assign_tool_call_ids`); a K2 id whose
+index counts per turn or per dialogue is kept as written.
 
-JSON is `types.dump_json` everywhere, which equals HF's Jinja `tojson`, so `CHAT_TEMPLATE_JINJA`
-(for `tokenizer.apply_chat_template`) renders exactly what `render_text` renders.
+Call arguments are `types.dump_json` (HF's Jinja default `tojson`), the tool list `dump_compact_json`, so
+`CHAT_TEMPLATES[fmt]` (for `tokenizer.apply_chat_template`) renders exactly what `render_text` renders.
 """
 
 from __future__ import annotations
@@ -30,12 +34,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from k2post.chat.tokens import (
-    IM_BEGIN,
+    CHAT_TOKENS,
+    IM_ASSISTANT,
     IM_END,
     IM_MIDDLE,
+    IM_SYSTEM,
+    IM_USER,
     SPECIAL_TOKENS,
     THINK_BEGIN,
     THINK_END,
@@ -50,16 +57,38 @@ from k2post.chat.types import (
     ToolCall,
     ToolSpec,
     dialogue_from_openai,
+    dump_compact_json,
     dump_json,
     format_call_id,
+    split_call_id,
 )
 
-TOOL_DECLARE_ROLE = "tool_declare"
+ChatFormat = Literal["instruct", "thinking"]
+CHAT_FORMATS: tuple[str, ...] = get_args(ChatFormat)
+TOOL_DECLARE_NAME = "tool_declare"
 TOOL_RESULT_PREFIX = "## Return of "
-GENERATION_PROMPT = f"{IM_BEGIN}assistant{IM_MIDDLE}"
+DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
 
 MessageLike = Message | dict[str, Any]
 ToolLike = ToolSpec | dict[str, Any]
+
+
+def message_start(role: str) -> str:
+    """The token that opens a message of `role`."""
+    return {"user": IM_USER, "assistant": IM_ASSISTANT}.get(role, IM_SYSTEM)
+
+
+def header(role: str, name: str | None = None) -> str:
+    """`{start}{name or role}<|im_middle|>`."""
+    return f"{message_start(role)}{name or role}{IM_MIDDLE}"
+
+
+def generation_prompt(chat_format: ChatFormat) -> str:
+    """What the model continues from: the assistant header, and `<think>` in the thinking format."""
+    return header("assistant") + (THINK_BEGIN if chat_format == "thinking" else "")
+
+
+GENERATION_PROMPTS: dict[str, str] = {fmt: generation_prompt(fmt) for fmt in CHAT_FORMATS}
 
 
 def as_messages(messages: Sequence[MessageLike]) -> list[Message]:
@@ -75,6 +104,16 @@ def as_tools(tools: Sequence[ToolLike] | None) -> list[ToolSpec]:
     return [tool if isinstance(tool, ToolSpec) else ToolSpec.from_openai(tool) for tool in tools or []]
 
 
+def check_chat_format(chat_format: str) -> ChatFormat:
+    """`chat_format` itself, or a one-line ValueError naming the known formats."""
+    if chat_format not in CHAT_FORMATS:
+        raise ValueError(f"chat format {chat_format!r} is not one of {', '.join(CHAT_FORMATS)}")
+    return chat_format  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------- bodies
+
+
 def render_tool_calls(tool_calls: Sequence[ToolCall]) -> str:
     """The tool-call section of an assistant body ('' when there are no calls)."""
     if not tool_calls:
@@ -86,49 +125,87 @@ def render_tool_calls(tool_calls: Sequence[ToolCall]) -> str:
     return f"{TOOL_CALLS_BEGIN}{calls}{TOOL_CALLS_END}"
 
 
-def render_assistant_body(message: Message, hide_reasoning: bool = False) -> str:
-    """`<think>reasoning</think>` (when reasoning is not None; empty when `hide_reasoning`) + content + tool-call
-    section."""
-    if message.reasoning is None:
-        thinking = ""
-    else:
-        thinking = f"{THINK_BEGIN}{'' if hide_reasoning else message.reasoning}{THINK_END}"
+def think_block(message: Message, hide_reasoning: bool) -> str:
+    """`<think>{reasoning or ''}</think>` of a thinking-format assistant message (empty when hidden)."""
+    return f"{THINK_BEGIN}{'' if hide_reasoning else message.reasoning or ''}{THINK_END}"
+
+
+def render_assistant_body(message: Message, chat_format: ChatFormat = "instruct", hide_reasoning: bool = False) -> str:
+    """Content + tool-call section; the thinking format puts `think_block` first (instruct renders no reasoning)."""
+    thinking = think_block(message, hide_reasoning) if chat_format == "thinking" else ""
     return thinking + message.content + render_tool_calls(message.tool_calls)
 
 
-def history_end(messages: Sequence[Message]) -> int:
-    """Index of the last user message: assistant messages before it are history (reasoning hidden); 0 if none."""
-    users = [index for index, message in enumerate(messages) if message.role == "user"]
-    return users[-1] if users else 0
+def history_split(messages: Sequence[Message]) -> int:
+    """Index of the last assistant message without tool calls (-1 if none): the thinking format hides the reasoning
+    of every assistant message up to it."""
+    plain = [i for i, message in enumerate(messages) if message.role == "assistant" and not message.tool_calls]
+    return plain[-1] if plain else -1
 
 
-def hides_reasoning(messages: Sequence[Message], index: int) -> bool:
-    """Whether message `index` renders its reasoning hidden: an assistant message with reasoning, in the history."""
+def split_for(messages: Sequence[Message], last_turn_open: bool) -> int:
+    """`history_split`, taken over the messages before the last one when `last_turn_open` and it is an assistant
+    message (the turn being trained is rendered as the model wrote it: its reasoning visible)."""
+    if last_turn_open and messages and messages[-1].role == "assistant":
+        return history_split(messages[:-1])
+    return history_split(messages)
+
+
+def hides_reasoning(chat_format: ChatFormat, messages: Sequence[Message], index: int, split: int) -> bool:
+    """Whether message `index` is an assistant message whose non-empty reasoning the thinking format hides."""
     message = messages[index]
-    return message.role == "assistant" and message.reasoning is not None and index < history_end(messages)
+    return chat_format == "thinking" and message.role == "assistant" and bool(message.reasoning) and index <= split
 
 
-def render_body(message: Message, hide_reasoning: bool = False) -> str:
+def render_body(message: Message, chat_format: ChatFormat = "instruct", hide_reasoning: bool = False) -> str:
     """The text between `<|im_middle|>` and `<|im_end|>` of one message."""
     if message.role == "assistant":
-        return render_assistant_body(message, hide_reasoning)
+        return render_assistant_body(message, chat_format, hide_reasoning)
     if message.role == "tool":
         return f"{TOOL_RESULT_PREFIX}{message.tool_call_id}\n{message.content}"
     return message.content
 
 
 def render_tool_declare_body(tools: Sequence[ToolSpec]) -> str:
-    """JSON list of the OpenAI `tools` entries."""
-    return dump_json([tool.to_openai() for tool in tools])
+    """Compact JSON list of the OpenAI `tools` entries."""
+    return dump_compact_json([tool.to_openai() for tool in tools])
 
 
-def _framed_bodies(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[tuple[str, str, bool]]:
-    """`(role, body, trained)` of every framed message, the tool declaration first; `trained` is false for a
-    history message whose reasoning is hidden (`hides_reasoning`)."""
-    framed = [(TOOL_DECLARE_ROLE, render_tool_declare_body(tools), True)] if tools else []
+@dataclass(frozen=True)
+class Framed:
+    """One framed message: `head` (never trained), `body` (+ `<|im_end|>`, trained when `trained`)."""
+
+    head: str
+    body: str
+    trained: bool
+
+
+def _frame(message: Message, chat_format: ChatFormat, hidden: bool) -> Framed:
+    """A message framed; a thinking-format assistant's `<think>` goes with the head (the generation prompt's)."""
+    head, body = header(message.role, message.name), render_body(message, chat_format, hidden)
+    if message.role != "assistant":
+        return Framed(head, body, False)
+    if chat_format == "thinking":
+        head, body = head + THINK_BEGIN, body.removeprefix(THINK_BEGIN)
+    return Framed(head, body, not hidden)
+
+
+def framed_messages(
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec],
+    chat_format: ChatFormat,
+    last_turn_open: bool = False,
+    prefix: bool = True,
+) -> list[Framed]:
+    """Every framed message: with `prefix`, the tool declaration and the default system prompt first."""
+    framed = []
+    if prefix and tools:
+        framed.append(Framed(header("system", TOOL_DECLARE_NAME), render_tool_declare_body(tools), False))
+    if prefix and (not messages or messages[0].role != "system"):
+        framed.append(Framed(header("system"), DEFAULT_SYSTEM_PROMPT, False))
+    split = split_for(messages, last_turn_open)
     for index, message in enumerate(messages):
-        hidden = hides_reasoning(messages, index)
-        framed.append((message.role, render_body(message, hidden), not hidden))
+        framed.append(_frame(message, chat_format, hides_reasoning(chat_format, messages, index, split)))
     return framed
 
 
@@ -136,14 +213,18 @@ def render_text(
     messages: Sequence[MessageLike],
     tools: Sequence[ToolLike] | None = None,
     add_generation_prompt: bool = False,
+    chat_format: ChatFormat = "instruct",
+    last_turn_open: bool = False,
 ) -> str:
-    """The dialogue as K2 text, call ids rewritten to K2 form (`assign_tool_call_ids`, which raises
+    """The dialogue as K2 text in `chat_format`, call ids rewritten to K2 form (`assign_tool_call_ids`, which raises
     ValueError when a tool result answers no earlier call)."""
     checked = assign_tool_call_ids(messages)
-    text = "".join(
-        f"{IM_BEGIN}{role}{IM_MIDDLE}{body}{IM_END}" for role, body, _ in _framed_bodies(checked, as_tools(tools))
-    )
-    return text + (GENERATION_PROMPT if add_generation_prompt else "")
+    framed = framed_messages(checked, as_tools(tools), check_chat_format(chat_format), last_turn_open)
+    text = "".join(f"{item.head}{item.body}{IM_END}" for item in framed)
+    return text + (GENERATION_PROMPTS[chat_format] if add_generation_prompt else "")
+
+
+# ---------------------------------------------------------------------------- call ids
 
 
 def _unanswered(position: int, message: Message) -> str:
@@ -151,28 +232,51 @@ def _unanswered(position: int, message: Message) -> str:
     return f"message {position}: tool result for {message.tool_call_id!r} answers no earlier tool call"
 
 
+def kept_call_id(call: ToolCall, dialogue_index: int, turn_index: int) -> bool:
+    """Whether `call.id` is a K2 id of this call: `functions.NAME:IDX` with its name and IDX counted per dialogue
+    (`dialogue_index`) or per assistant turn (`turn_index`)."""
+    parts = split_call_id(call.id)
+    return parts is not None and parts[0] == call.name and parts[1] in (dialogue_index, turn_index)
+
+
 def validate_dialogue(messages: Sequence[Message], require_k2_ids: bool = False) -> None:
-    """Raise ValueError (naming the message index) when a tool result answers no earlier call,
-    a call id repeats, or, with `require_k2_ids`, an id is not `functions.NAME:IDX` with IDX
-    the dialogue-wide call counter."""
+    """Raise ValueError (naming the message index) when a tool result answers no earlier call, a call id repeats
+    within one turn, or, with `require_k2_ids`, an id is not `functions.NAME:IDX` with IDX counted per dialogue or
+    per turn."""
     seen_ids: set[str] = set()
+    count = 0
     for position, message in enumerate(messages):
         if message.role == "tool" and message.tool_call_id not in seen_ids:
             raise ValueError(_unanswered(position, message))
-        for call in message.tool_calls:
-            expected = format_call_id(call.name, len(seen_ids))
-            if require_k2_ids and call.id != expected:
+        turn_ids: set[str] = set()
+        for ordinal, call in enumerate(message.tool_calls):
+            if require_k2_ids and not kept_call_id(call, count, ordinal):
+                expected = format_call_id(call.name, count)
                 raise ValueError(f"message {position}: tool call id {call.id!r} should be {expected!r}")
-            if call.id in seen_ids:
+            if call.id in turn_ids:
                 raise ValueError(f"message {position}: tool call id {call.id!r} is used twice")
-            seen_ids.add(call.id)
+            turn_ids.add(call.id)
+            count += 1
+        seen_ids |= turn_ids
+
+
+def _with_k2_ids(message: Message, first_index: int, renamed: dict[str, str]) -> Message:
+    """`message` with every call id in K2 form (recorded in `renamed`, old id -> new id)."""
+    calls: list[ToolCall] = []
+    for ordinal, call in enumerate(message.tool_calls):
+        index = first_index + ordinal
+        keep = kept_call_id(call, index, ordinal) and call.id not in {done.id for done in calls}
+        new_id = call.id if keep else format_call_id(call.name, index)
+        renamed[call.id or new_id] = new_id  # an id-less call is answered by its K2 id
+        calls.append(call.model_copy(update={"id": new_id}))
+    return message.model_copy(update={"tool_calls": calls}) if calls else message
 
 
 def assign_tool_call_ids(messages: Sequence[MessageLike]) -> list[Message]:
-    """Copy of the dialogue with K2 call ids (`functions.NAME:IDX`, IDX dialogue-wide) and
-    tool results re-pointed at the new ids (a reused old id means its latest call). Idempotent:
-    a dialogue whose ids are already K2 ids with the right index comes back equal.
-    Raises ValueError (naming the message index) for a result that answers no earlier call."""
+    """Copy of the dialogue with K2 call ids and tool results pointed at them (a reused old id means its latest
+    call). Other ids become `functions.NAME:IDX`, IDX dialogue-wide; K2 ids with a per-dialogue or per-turn index
+    are kept, unless the turn already used that id. Idempotent. Raises ValueError (naming the message index) for
+    a result that answers no earlier call."""
     renamed: dict[str, str] = {}
     result: list[Message] = []
     call_count = 0
@@ -181,13 +285,8 @@ def assign_tool_call_ids(messages: Sequence[MessageLike]) -> list[Message]:
             if message.tool_call_id not in renamed:
                 raise ValueError(_unanswered(position, message))
             message = message.model_copy(update={"tool_call_id": renamed[message.tool_call_id]})
-        calls = []
-        for call in message.tool_calls:
-            new_id = format_call_id(call.name, call_count)
-            renamed[call.id or new_id] = new_id  # an id-less call is answered by its K2 id
-            calls.append(call.model_copy(update={"id": new_id}))
-            call_count += 1
-        result.append(message.model_copy(update={"tool_calls": calls}) if calls else message)
+        result.append(_with_k2_ids(message, call_count, renamed))
+        call_count += len(message.tool_calls)
     return result
 
 
@@ -196,6 +295,8 @@ def assign_tool_call_ids(messages: Sequence[MessageLike]) -> list[Message]:
 
 class ChatTokenizer(Protocol):
     """The slice of a HF tokenizer that `render_ids` uses."""
+
+    chat_template: Any
 
     def __call__(self, text: list[str], add_special_tokens: bool = ...) -> Any: ...
 
@@ -223,27 +324,38 @@ def _own_id(tokenizer: ChatTokenizer, token: str) -> int | None:
     return token_id if token_id is not None and tokenizer.convert_ids_to_tokens(token_id) == token else None
 
 
-def missing_special_tokens(tokenizer: ChatTokenizer) -> list[str]:
-    """The K2 special tokens the tokenizer has no id for (what `k2post model prepare` adds)."""
-    return [token for token in SPECIAL_TOKENS if _own_id(tokenizer, token) is None]
+def missing_special_tokens(tokenizer: ChatTokenizer, tokens: Sequence[str] = CHAT_TOKENS) -> list[str]:
+    """The `tokens` (default: the K2 chat tokens) the tokenizer has no id for (what `k2post model prepare` adds)."""
+    return [token for token in tokens if _own_id(tokenizer, token) is None]
 
 
 def special_token_ids(tokenizer: ChatTokenizer) -> dict[str, int]:
-    """Id of every K2 special token; ValueError when the tokenizer lacks one."""
+    """Id of every K2 chat token; ValueError when the tokenizer lacks one."""
     missing = missing_special_tokens(tokenizer)
     if missing:
         raise ValueError(f"tokenizer has no id for special token {missing[0]!r} (`k2post model prepare` adds them)")
-    return {token: _own_id(tokenizer, token) for token in SPECIAL_TOKENS}
+    return {token: _own_id(tokenizer, token) for token in CHAT_TOKENS}
 
 
-def _labelled_segments(framed: Sequence[tuple[str, str, bool]], add_generation_prompt: bool) -> list[tuple[str, int]]:
+def chat_format(tokenizer: Any) -> ChatFormat:
+    """Which K2 format the tokenizer's chat_template is (exact match with `CHAT_TEMPLATES`); a one-line ValueError
+    for any other template."""
+    template = getattr(tokenizer, "chat_template", None)
+    for name, jinja in CHAT_TEMPLATES.items():
+        if template == jinja:
+            return name  # type: ignore[return-value]
+    found = "no chat template" if not template else "a chat template that is not one of k2post's K2 templates"
+    raise ValueError(f"tokenizer has {found} ({', '.join(CHAT_FORMATS)}): run `k2post model prepare` on the model dir")
+
+
+def _labelled_segments(framed: Sequence[Framed], prompt: str | None) -> list[tuple[str, int]]:
     """Text segments with their mask bit: trained assistant bodies and their `<|im_end|>` get 1."""
     segments: list[tuple[str, int]] = []
-    for role, body, trained in framed:
-        segments.append((f"{IM_BEGIN}{role}{IM_MIDDLE}", 0))
-        segments.append((body + IM_END, 1 if role == "assistant" and trained else 0))
-    if add_generation_prompt:
-        segments.append((GENERATION_PROMPT, 0))
+    for item in framed:
+        segments.append((item.head, 0))
+        segments.append((item.body + IM_END, int(item.trained)))
+    if prompt:
+        segments.append((prompt, 0))
     return segments
 
 
@@ -252,19 +364,25 @@ def _pieces(segments: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     return [(piece, bit) for segment, bit in segments for piece in SPECIAL_TOKEN_SPLIT.split(segment) if piece]
 
 
+def _render_framed(tokenizer: ChatTokenizer, framed: Sequence[Framed], prompt: str | None) -> RenderedChat:
+    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, prompt)))
+
+
 def render_ids(
     tokenizer: ChatTokenizer,
     messages: Sequence[MessageLike],
     tools: Sequence[ToolLike] | None = None,
     add_generation_prompt: bool = False,
+    last_turn_open: bool = False,
 ) -> RenderedChat:
-    """Tokenize the dialogue piece by piece (special tokens atomic) and build the loss mask:
-    1 on each assistant body and its closing `<|im_end|>` (history messages with hidden reasoning excepted),
-    0 on headers and other roles.
-    Call ids are rewritten to K2 form first, as in `render_text`."""
+    """Tokenize the dialogue in the tokenizer's format (`chat_format`) piece by piece (special tokens atomic) and
+    build the loss mask: 1 on each assistant body and its closing `<|im_end|>` (history messages with hidden
+    reasoning excepted), 0 on headers (with thinking's `<think>`) and other roles. Call ids are rewritten to K2
+    form first, as in `render_text`; `last_turn_open` as there."""
+    fmt = chat_format(tokenizer)
     checked = assign_tool_call_ids(messages)
-    framed = _framed_bodies(checked, as_tools(tools))
-    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
+    framed = framed_messages(checked, as_tools(tools), fmt, last_turn_open)
+    return _render_framed(tokenizer, framed, GENERATION_PROMPTS[fmt] if add_generation_prompt else None)
 
 
 def render_transcript_ids(
@@ -275,18 +393,20 @@ def render_transcript_ids(
 ) -> RenderedChat:
     """`render_ids` of a rollout's dialogue as the model wrote it: call ids kept, results not validated (a rollout
     answers malformed calls with `functions.invalid:IDX` results); used to re-render an elided episode."""
-    framed = _framed_bodies(list(messages), as_tools(tools))
-    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
+    fmt = chat_format(tokenizer)
+    framed = framed_messages(list(messages), as_tools(tools), fmt)
+    return _render_framed(tokenizer, framed, GENERATION_PROMPTS[fmt] if add_generation_prompt else None)
 
 
 def render_continuation_ids(
     tokenizer: ChatTokenizer, messages: Sequence[Message], add_generation_prompt: bool = True
 ) -> RenderedChat:
-    """Token ids of messages that continue an already tokenized dialogue (tool results, user
-    replies in a rollout), framed exactly as `render_ids` frames them; the call ids they answer
-    live in the earlier part, so they are neither validated nor rewritten here."""
-    framed = [(message.role, render_body(message), True) for message in messages]
-    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, add_generation_prompt)))
+    """Token ids of messages that continue an already tokenized dialogue (tool results, user replies in a
+    rollout), framed exactly as `render_ids` frames them; the call ids they answer live in the earlier part, so
+    they are neither validated nor rewritten here."""
+    fmt = chat_format(tokenizer)
+    framed = [_frame(message, fmt, False) for message in messages]
+    return _render_framed(tokenizer, framed, GENERATION_PROMPTS[fmt] if add_generation_prompt else None)
 
 
 def _tokenize_pieces(tokenizer: ChatTokenizer, pieces: Sequence[tuple[str, int]]) -> RenderedChat:
@@ -304,7 +424,7 @@ def _tokenize_pieces(tokenizer: ChatTokenizer, pieces: Sequence[tuple[str, int]]
     return RenderedChat(input_ids=input_ids, assistant_mask=assistant_mask, text=text)
 
 
-# ---------------------------------------------------------------------------- HF Jinja template
+# ---------------------------------------------------------------------------- HF Jinja templates
 
 _JINJA_CONTENT_MACRO = (
     "{%- macro render_content(content) -%}"
@@ -315,27 +435,24 @@ _JINJA_CONTENT_MACRO = (
     "{%- endmacro -%}"
 )
 
-_JINJA_REASONING = (
-    "{%- set reasoning = message.reasoning_content -%}"
-    "{%- if reasoning is not defined or reasoning is none -%}"
-    "{%- set reasoning = message.reasoning -%}"
-    "{%- endif -%}"
-    "{%- if reasoning is defined and reasoning is not none -%}"
-    "{%- if loop.index0 < history.end -%}"
-    f"{THINK_BEGIN}{THINK_END}"
-    "{%- else -%}"
-    f"{THINK_BEGIN}{{{{ reasoning }}}}{THINK_END}"
-    "{%- endif -%}"
-    "{%- endif -%}"
-)
-"""Reasoning of messages before the last user message (`history.end`) renders as an empty think block."""
-
-_JINJA_HISTORY_END = (
-    "{%- set history = namespace(end=0) -%}"
+_JINJA_SPLIT = (
+    "{%- set split = namespace(index=-1) -%}"
     "{%- for message in messages -%}"
-    "{%- if message.role == 'user' -%}{%- set history.end = loop.index0 -%}{%- endif -%}"
+    "{%- if message.role == 'assistant' and not message.tool_calls -%}{%- set split.index = loop.index0 -%}"
+    "{%- endif -%}"
     "{%- endfor -%}"
 )
+"""`split.index`: the last assistant message without tool calls (-1: none), as `history_split`."""
+
+_JINJA_THINK = (
+    "{%- set reasoning = message.reasoning_content -%}"
+    "{%- if reasoning is not defined or reasoning is none -%}{%- set reasoning = message.reasoning -%}{%- endif -%}"
+    f"{THINK_BEGIN}"
+    "{%- if loop.index0 > split.index and reasoning is defined and reasoning is not none -%}{{ reasoning }}"
+    "{%- endif -%}"
+    f"{THINK_END}"
+)
+"""Thinking: the reasoning of messages after the split, an empty think block up to it."""
 
 _JINJA_ARGUMENTS = (
     "{%- set arguments = function.arguments -%}"
@@ -347,9 +464,14 @@ _JINJA_ARGUMENTS = (
 _JINJA_TOOL_CALLS = (
     "{%- if message.tool_calls -%}"
     f"{TOOL_CALLS_BEGIN}"
+    "{%- set turn = namespace(ids=[]) -%}"
     "{%- for tool_call in message.tool_calls -%}"
     "{%- set function = tool_call.function if tool_call.function is defined else tool_call -%}"
-    "{%- set call_id = 'functions.' ~ function.name ~ ':' ~ ns.call_index -%}"
+    "{%- set wide_id = 'functions.' ~ function.name ~ ':' ~ ns.call_index -%}"
+    "{%- set turn_id = 'functions.' ~ function.name ~ ':' ~ loop.index0 -%}"
+    "{%- set keep = tool_call.id in [wide_id, turn_id] and tool_call.id not in turn.ids -%}"
+    "{%- set call_id = tool_call.id if keep else wide_id -%}"
+    "{%- set turn.ids = turn.ids + [call_id] -%}"
     "{%- set ns.calls = ns.calls + [[tool_call.id if tool_call.id else call_id, call_id]] -%}"
     f"{TOOL_CALL_BEGIN}{{{{ call_id }}}}{TOOL_CALL_ARG_BEGIN}" + _JINJA_ARGUMENTS + f"{TOOL_CALL_END}"
     "{%- set ns.call_index = ns.call_index + 1 -%}"
@@ -366,32 +488,54 @@ _JINJA_RESULT_ID = (
 )
 """Sets `answered.id`: the K2 id of the latest earlier call with the tool message's id (the given id when none)."""
 
-CHAT_TEMPLATE_JINJA: str = (
-    _JINJA_CONTENT_MACRO + _JINJA_HISTORY_END + "{%- set ns = namespace(call_index=0, calls=[]) -%}"
+_JINJA_PREFIX = (
+    "{%- set ns = namespace(call_index=0, calls=[]) -%}"
     "{%- if tools -%}"
-    f"{IM_BEGIN}{TOOL_DECLARE_ROLE}{IM_MIDDLE}{{{{ tools | tojson }}}}{IM_END}"
+    f"{IM_SYSTEM}{TOOL_DECLARE_NAME}{IM_MIDDLE}{{{{ tools | tojson(separators=(',', ':')) }}}}{IM_END}"
     "{%- endif -%}"
-    "{%- for message in messages -%}"
-    f"{IM_BEGIN}{{{{ message.role }}}}{IM_MIDDLE}"
-    "{%- if message.role == 'assistant' -%}"
-    + _JINJA_REASONING
-    + "{{ render_content(message.content) }}"
-    + _JINJA_TOOL_CALLS
-    + "{%- elif message.role == 'tool' -%}"
-    + _JINJA_RESULT_ID
-    + f"{TOOL_RESULT_PREFIX}{{{{ answered.id }}}}{{{{ '\\n' }}}}"
-    "{{ render_content(message.content) }}"
-    "{%- else -%}{{ render_content(message.content) }}"
-    "{%- endif -%}"
-    f"{IM_END}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}"
-    f"{GENERATION_PROMPT}"
+    "{%- if messages | length == 0 or messages[0].role != 'system' -%}"
+    f"{IM_SYSTEM}system{IM_MIDDLE}{DEFAULT_SYSTEM_PROMPT}{IM_END}"
     "{%- endif -%}"
 )
-"""HF chat template rendering OpenAI-style dicts exactly like `render_text`. Every call is written
-as `functions.NAME:IDX` (IDX dialogue-wide, whatever id it carries) and a tool result names the K2 id
-of the latest earlier call with its `tool_call_id` (kept as given when no earlier call has it, where
-`render_text` raises). Call arguments given as dicts are serialized with `tojson` (same as
-`dump_json`); argument strings are copied verbatim, so they match `render_text` when already in
-`dump_json` form."""
+
+_JINJA_HEADER = (
+    f"{{%- if message.role == 'user' -%}}{IM_USER}"
+    f"{{%- elif message.role == 'assistant' -%}}{IM_ASSISTANT}"
+    f"{{%- else -%}}{IM_SYSTEM}{{%- endif -%}}"
+    f"{{{{ message.name or message.role }}}}{IM_MIDDLE}"
+)
+
+
+def _jinja(chat_format: ChatFormat) -> str:
+    """The HF chat template of `chat_format`."""
+    thinking = chat_format == "thinking"
+    return (
+        _JINJA_CONTENT_MACRO
+        + (_JINJA_SPLIT if thinking else "")
+        + _JINJA_PREFIX
+        + "{%- for message in messages -%}"
+        + _JINJA_HEADER
+        + "{%- if message.role == 'assistant' -%}"
+        + (_JINJA_THINK if thinking else "")
+        + "{{ render_content(message.content) }}"
+        + _JINJA_TOOL_CALLS
+        + "{%- elif message.role == 'tool' -%}"
+        + _JINJA_RESULT_ID
+        + f"{TOOL_RESULT_PREFIX}{{{{ answered.id }}}}{{{{ '\\n' }}}}"
+        "{{ render_content(message.content) }}"
+        "{%- else -%}{{ render_content(message.content) }}"
+        "{%- endif -%}"
+        f"{IM_END}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}"
+        f"{GENERATION_PROMPTS[chat_format]}"
+        "{%- endif -%}"
+    )
+
+
+CHAT_TEMPLATES: dict[str, str] = {fmt: _jinja(fmt) for fmt in CHAT_FORMATS}
+"""HF chat templates rendering OpenAI-style dicts exactly like `render_text(..., chat_format=fmt)`. A call whose id is
+not a K2 id of it (per dialogue or per turn) is written `functions.NAME:IDX` (IDX dialogue-wide), and a tool result
+names the K2 id of the latest earlier call with its `tool_call_id` (kept as given when no earlier call has it, where
+`render_text` raises). Call arguments given as dicts are serialized with `tojson` (same as `dump_json`); argument
+strings are copied verbatim, so they match `render_text` when already in `dump_json` form."""

@@ -1,9 +1,14 @@
-"""K2's special tokens, shared by the tokenizer builder and the chat template.
+"""K2's special tokens, shared by the tokenizer builder, the chat template and the parser.
 
-The strings follow Kimi K2 as shipped (the format: k2post/chat/template.py and docs/CHAT_TEMPLATE.md).
+The chat tokens are Kimi K2's as shipped (docs/CHAT_TEMPLATE.md): a message starts with `<|im_user|>`,
+`<|im_assistant|>` or `<|im_system|>` (system, tool results and the tool declaration), its name, then
+`<|im_middle|>`; it ends with `<|im_end|>`. There is no `<|im_begin|>`. `<|pad|>` and `<|endoftext|>` are the tiny
+tokenizer's own pad and end-of-text tokens, not part of the chat format.
 """
 
-IM_BEGIN = "<|im_begin|>"
+IM_USER = "<|im_user|>"
+IM_ASSISTANT = "<|im_assistant|>"
+IM_SYSTEM = "<|im_system|>"
 IM_MIDDLE = "<|im_middle|>"
 IM_END = "<|im_end|>"
 TOOL_CALLS_BEGIN = "<|tool_calls_section_begin|>"
@@ -16,11 +21,13 @@ THINK_END = "</think>"
 PAD = "<|pad|>"
 EOS = "<|endoftext|>"
 
-# Order matters: ids are assigned in this order, starting at 0, by the tokenizer builder.
-SPECIAL_TOKENS: tuple[str, ...] = (
-    PAD,
-    EOS,
-    IM_BEGIN,
+MESSAGE_STARTS: tuple[str, ...] = (IM_USER, IM_ASSISTANT, IM_SYSTEM)
+"""The tokens that open a message (a generated turn ends before any of them)."""
+
+CHAT_TOKENS: tuple[str, ...] = (
+    IM_USER,
+    IM_ASSISTANT,
+    IM_SYSTEM,
     IM_MIDDLE,
     IM_END,
     TOOL_CALLS_BEGIN,
@@ -31,3 +38,7 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     THINK_BEGIN,
     THINK_END,
 )
+"""The tokens the chat template writes: each must be one id (`k2post model prepare` adds the missing ones)."""
+
+# Order matters: ids are assigned in this order, starting at 0, by the tokenizer builder.
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, EOS, *CHAT_TOKENS)

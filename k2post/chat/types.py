@@ -16,12 +16,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Role = Literal["system", "user", "assistant", "tool"]
 
 JSON_SEPARATORS = (", ", ": ")
-"""Separators of the one JSON serialization used everywhere (same as HF's Jinja `tojson`)."""
+"""Separators of the JSON serialization of call arguments and data (same as HF's Jinja `tojson`)."""
+COMPACT_SEPARATORS = (",", ":")
+"""Separators of the tool declaration (K2's template: `tools | tojson(separators=(',', ':'))`)."""
 
 
 def dump_json(value: Any) -> str:
     """The project's deterministic JSON text: key order kept, non-ASCII kept, `", "`/`": "`."""
     return json.dumps(value, ensure_ascii=False, separators=JSON_SEPARATORS)
+
+
+def dump_compact_json(value: Any) -> str:
+    """Compact JSON (no spaces), key order and non-ASCII kept: how K2 declares its tools."""
+    return json.dumps(value, ensure_ascii=False, separators=COMPACT_SEPARATORS)
 
 
 class ToolSpec(BaseModel):
@@ -89,7 +96,8 @@ class ToolCall(BaseModel):
 
 
 CALL_ID_PATTERN = re.compile(r"functions\.(?P<name>\S+):(?P<index>[0-9]+)")
-"""K2 tool call id: `functions.NAME:IDX`, IDX counting calls from 0 across the dialogue."""
+"""K2 tool call id: `functions.NAME:IDX`; IDX counts calls from 0 across the dialogue in the ids k2post assigns, and
+within one assistant turn in some public renderers (both are read and kept)."""
 
 
 def format_call_id(name: str, index: int) -> str:
@@ -124,6 +132,11 @@ class Message(BaseModel):
     reasoning: str | None = Field(default=None, description="Assistant thinking, rendered in <think>.")
     tool_calls: list[ToolCall] = Field(default_factory=list, description="Assistant tool calls.")
     tool_call_id: str | None = Field(default=None, description="For tool messages: the answered call id.")
+    name: str | None = Field(
+        default=None,
+        description="Name shown in the message header instead of the role (K2 writes a tool result's function name "
+        "there: `<|im_system|>get_weather<|im_middle|>`); None: the role.",
+    )
 
     @model_validator(mode="after")
     def _check_role_fields(self) -> Message:
@@ -150,6 +163,7 @@ class Message(BaseModel):
             reasoning=reasoning,
             tool_calls=calls,
             tool_call_id=data.get("tool_call_id"),
+            name=data.get("name") or None,
         )
 
     def to_openai(self) -> dict[str, Any]:
@@ -161,6 +175,8 @@ class Message(BaseModel):
             data["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         if self.tool_call_id is not None:
             data["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            data["name"] = self.name
         return data
 
 

@@ -29,9 +29,11 @@ from hypothesis import strategies as st
 
 from k2post.chat.tokens import (
     EOS,
-    IM_BEGIN,
+    IM_ASSISTANT,
     IM_END,
     IM_MIDDLE,
+    IM_SYSTEM,
+    IM_USER,
     THINK_BEGIN,
     THINK_END,
     TOOL_CALL_ARG_BEGIN,
@@ -53,7 +55,9 @@ class FuzzFailure(AssertionError):
 CASES_RUN: dict[str, dict[str, int]] = {}
 """Fuzz cases run in this process: env name -> {"direct": n, "episodes": n, "pool": n} (the tests fill it)."""
 SPECIAL_TOKENS = [
-    IM_BEGIN,
+    IM_USER,
+    IM_ASSISTANT,
+    IM_SYSTEM,
     IM_MIDDLE,
     IM_END,
     EOS,

@@ -2,7 +2,8 @@
 
 `path` is an HF model directory (any HF causal LM dir works). When it does not exist and
 `flavor` names a registered tiny flavor (`k2post.models.flavors`), `ensure_model` builds it
-there from `seed` and a fresh tokenizer of `vocab_size` entries. `is_model_dir(path)`: does `path` hold one.
+there from `seed` and a fresh tokenizer of `vocab_size` entries with the `chat_format` template.
+`is_model_dir(path)`: does `path` hold one.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ class ModelConfig(K2Config):
         gt=0,
         description="Tokenizer vocabulary size used when building from `flavor` "
         "(the model's embedding rows are rounded up to a multiple of 64).",
+    )
+
+    chat_format: Literal["instruct", "thinking"] = Field(
+        default="instruct",
+        description="K2 chat template of the tokenizer built from `flavor`: instruct (K2-Instruct, no reasoning "
+        "rendered) or thinking (K2-Thinking: <think> blocks, the generation prompt ends with <think>). An existing "
+        "model dir keeps the template its tokenizer has (`k2post model prepare --chat-format` sets it).",
     )
 
     @field_validator("flavor")

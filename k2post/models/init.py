@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfig, PreTrainedModel
 
+from k2post.chat.template import check_chat_format
 from k2post.chat.tokens import IM_END
 from k2post.models.flavors import FLAVORS, flavor_config, unknown_flavor_message
 
@@ -137,15 +138,18 @@ def init_model_dir(
     seed: int = 0,
     vocab_size: int = 4096,
     overwrite: bool = False,
+    chat_format: str = "instruct",
 ) -> Path:
-    """Build flavor `flavor` with a fresh tokenizer and save it atomically to `out_dir`."""
+    """Build flavor `flavor` with a fresh tokenizer (chat template of `chat_format`: "instruct" or "thinking") and
+    save it atomically to `out_dir`."""
     from k2post.models.tokenizer import build_tokenizer
 
     out_path = Path(out_dir).absolute()
     _check_out_dir(out_path, overwrite)
     if flavor not in FLAVORS:  # before the tokenizer is trained
         raise KeyError(unknown_flavor_message(flavor))
-    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)
+    check_chat_format(chat_format)
+    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed, chat_format=chat_format)
     model = build_model(build_flavor_config(flavor, tokenizer), seed, len(tokenizer))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))

@@ -39,7 +39,7 @@ def ensure_model(cfg: ModelConfig) -> Path:
             f"to one of {known_flavors()} or point model.path at an HF model dir"
         )
     try:
-        return init_model_dir(cfg.flavor, path, seed=cfg.seed, vocab_size=cfg.vocab_size)
+        return init_model_dir(cfg.flavor, path, seed=cfg.seed, vocab_size=cfg.vocab_size, chat_format=cfg.chat_format)
     except FileExistsError:
         if is_model_dir(path):  # built concurrently by another process
             return path

@@ -5,10 +5,12 @@
     print(report.summary())
 
 What it does, and says it did:
-- adds every K2 special token the tokenizer lacks (`<|im_begin|>`, `<|tool_calls_section_begin|>`, ...; see
-  k2post.chat.tokens) as a special token, so each renders as one id;
-- sets the pad token to `<|pad|>` when the tokenizer has none, and the chat template to K2's (the same Jinja
-  template `k2post model init` writes, equal to k2post.chat.template's renderer);
+- adds every K2 chat token the tokenizer lacks (`<|im_user|>`, `<|im_assistant|>`, `<|im_system|>`,
+  `<|im_middle|>`, `<|im_end|>`, the five tool-call tokens, `<think>`, `</think>`; k2post.chat.tokens.CHAT_TOKENS)
+  as a special token, so each renders as one id (a tokenizer that has them all, as K2's own does, gets none);
+- adds `<|pad|>` and makes it the pad token when the tokenizer has no pad token;
+- sets the chat template to K2's of `chat_format` (instruct: K2-Instruct's; thinking: K2-Thinking's; the same Jinja
+  templates `k2post model init` writes, equal to k2post.chat.template's renderer);
 - resizes the input (and, when untied, output) embeddings to the new vocabulary; each new row is the mean of
   the old rows (a neutral start: the new tokens begin where an average token is, not at random norms);
 - writes model + tokenizer to `--out` (never over an existing non-empty dir unless `overwrite`).
@@ -22,7 +24,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k2post.chat.template import CHAT_TEMPLATE_JINJA, missing_special_tokens
+from k2post.chat.template import CHAT_TEMPLATES, check_chat_format, missing_special_tokens
 from k2post.chat.tokens import PAD
 
 
@@ -41,10 +43,11 @@ class PrepareReport:
     vocab_after: int = 0
     pad_token_set: bool = False
     template_replaced: bool = False
+    chat_format: str = "instruct"
 
     def summary(self) -> str:
         added = ", ".join(f"{token}={token_id}" for token, token_id in self.added_tokens.items()) or "none"
-        template = "replaced by K2's" if self.template_replaced else "already K2"
+        template = f"{'replaced by' if self.template_replaced else 'already'} K2's {self.chat_format}"
         lines = [
             f"prepared {self.source} -> {self.out}",
             f"  special tokens added: {len(self.added_tokens)} ({added})",
@@ -78,16 +81,27 @@ def mean_init_new_rows(model, old_rows: int) -> None:
                 weight[old_rows:] = weight[:old_rows].mean(dim=0, keepdim=True)
 
 
-def prepare_model_dir(source: str | Path, out: str | Path, overwrite: bool = False) -> PrepareReport:
-    """Write `source` with K2's special tokens, chat template and resized embeddings to `out`."""
+def tokens_to_add(tokenizer) -> list[str]:
+    """What `prepare` adds: `<|pad|>` when the tokenizer has no pad token (nor that token), then every missing K2
+    chat token."""
+    has_pad = tokenizer.pad_token is not None or not missing_special_tokens(tokenizer, (PAD,))
+    return ([] if has_pad else [PAD]) + missing_special_tokens(tokenizer)
+
+
+def prepare_model_dir(
+    source: str | Path, out: str | Path, overwrite: bool = False, chat_format: str = "instruct"
+) -> PrepareReport:
+    """Write `source` with K2's special tokens, `chat_format`'s chat template and resized embeddings to `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source, out = Path(source), Path(out)
+    check_chat_format(chat_format)
     check_dirs(source, out, overwrite)
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = AutoModelForCausalLM.from_pretrained(source, torch_dtype="auto")
     report = PrepareReport(str(source), str(out), vocab_before=model.get_input_embeddings().weight.shape[0])
-    missing = missing_special_tokens(tokenizer)
+    report.chat_format = chat_format
+    missing = tokens_to_add(tokenizer)
     if missing:
         from tokenizers import AddedToken
 
@@ -96,8 +110,8 @@ def prepare_model_dir(source: str | Path, out: str | Path, overwrite: bool = Fal
         report.added_tokens = {token: tokenizer.convert_tokens_to_ids(token) for token in missing}
     if tokenizer.pad_token is None:
         tokenizer.pad_token, report.pad_token_set = PAD, True
-    report.template_replaced = tokenizer.chat_template != CHAT_TEMPLATE_JINJA
-    tokenizer.chat_template = CHAT_TEMPLATE_JINJA
+    report.template_replaced = tokenizer.chat_template != CHAT_TEMPLATES[chat_format]
+    tokenizer.chat_template = CHAT_TEMPLATES[chat_format]
     if len(tokenizer) > report.vocab_before:
         model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         mean_init_new_rows(model, report.vocab_before)

@@ -2,9 +2,10 @@
 
 No hub downloads: the training corpus is generated (`build_corpus`): English-ish sentences,
 arithmetic Q&A, JSON tool-call snippets, code-like lines and rendered K2 chat dialogues, so
-the merges cover `functions.`, JSON punctuation and digits. The K2 special tokens get ids
-0..11 in `SPECIAL_TOKENS` order; pad = `<|pad|>`, eos = `<|im_end|>` (the generation stop
-token), no bos; the chat template is `CHAT_TEMPLATE_JINJA`. Same seed -> same vocabulary.
+the merges cover `functions.`, JSON punctuation and digits. The special tokens get ids
+0..13 in `SPECIAL_TOKENS` order; pad = `<|pad|>`, eos = `<|im_end|>` (the generation stop
+token), no bos; the chat template is `CHAT_TEMPLATES[chat_format]` (K2-Instruct's by default, K2-Thinking's
+with `chat_format="thinking"`; the vocabulary is the same for both). Same seed -> same vocabulary.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
-from k2post.chat.template import CHAT_TEMPLATE_JINJA, SPECIAL_TOKEN_SPLIT, render_text
+from k2post.chat.template import CHAT_TEMPLATES, SPECIAL_TOKEN_SPLIT, ChatFormat, check_chat_format, render_text
 from k2post.chat.tokens import IM_END, PAD, SPECIAL_TOKENS
 from k2post.chat.types import Message, ToolCall, ToolSpec, dump_json, format_call_id
 
@@ -196,17 +197,20 @@ def _code_line(rng: random.Random) -> str:
 
 
 def _dialogue(rng: random.Random) -> str:
-    """A rendered K2 dialogue: question, thinking + one tool call, tool result, answer."""
+    """A rendered K2 dialogue (either format, with or without a system message, so the default one is seen too):
+    question, thinking + one tool call, tool result, answer."""
     tool = rng.choice(_TOOLS)
     call = ToolCall(id=format_call_id(tool.name, 0), name=tool.name, arguments=_random_arguments(rng, tool))
+    system = [Message(role="system", content="You are a helpful assistant.")] if rng.random() < 0.5 else []
     messages = [
-        Message(role="system", content="You are a helpful assistant."),
+        *system,
         Message(role="user", content=_sentence(rng) + " " + _arithmetic(rng).split("?")[0] + "?"),
         Message(role="assistant", reasoning=_sentence(rng), content="", tool_calls=[call]),
-        Message(role="tool", tool_call_id=call.id, content=_sentence(rng)),
+        Message(role="tool", tool_call_id=call.id, content=_sentence(rng), name=tool.name),
         Message(role="assistant", content=_arithmetic(rng).split("? ")[1]),
     ]
-    return render_text(messages, tools=list(_TOOLS))
+    chat_format = rng.choice(("instruct", "thinking"))
+    return render_text(messages, tools=list(_TOOLS), chat_format=chat_format, last_turn_open=True)
 
 
 _LINE_MAKERS: tuple[Callable[[random.Random], str], ...] = (
@@ -245,7 +249,7 @@ PRETOKENIZE_REGEX = (
 
 
 def _train_bpe(corpus: list[str], vocab_size: int) -> Tokenizer:
-    """Byte-level BPE over the corpus; the special tokens take ids 0..11."""
+    """Byte-level BPE over the corpus; the special tokens take ids 0..13."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -269,8 +273,12 @@ def _train_bpe(corpus: list[str], vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def build_tokenizer(vocab_size: int = 4096, seed: int = 0) -> PreTrainedTokenizerFast:
-    """Train the K2 byte-level BPE tokenizer (at most `vocab_size` ids, special tokens 0..11)."""
+def build_tokenizer(
+    vocab_size: int = 4096, seed: int = 0, chat_format: ChatFormat = "instruct"
+) -> PreTrainedTokenizerFast:
+    """Train the K2 byte-level BPE tokenizer (at most `vocab_size` ids, special tokens 0..13) with the chat template
+    of `chat_format`."""
+    check_chat_format(chat_format)
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     if vocab_size < minimum:
         raise ValueError(f"vocab_size must be at least {minimum} (256 bytes + special tokens), got {vocab_size}")
@@ -286,7 +294,7 @@ def build_tokenizer(vocab_size: int = 4096, seed: int = 0) -> PreTrainedTokenize
         bos_token=None,
         extra_special_tokens=[token for token in SPECIAL_TOKENS if token not in (PAD, IM_END)],
         model_max_length=MODEL_MAX_LENGTH,
-        chat_template=CHAT_TEMPLATE_JINJA,
+        chat_template=CHAT_TEMPLATES[chat_format],
         clean_up_tokenization_spaces=False,
     )
 

@@ -117,7 +117,7 @@ class Episode:
     max_tokens: int | None = None  # per-episode budget of model-written tokens (None: cfg.max_episode_tokens)
     max_reasoning_tokens: int | None = None  # per-episode budget of reasoning tokens (None: none of its own)
     reasoning_tokens: int = 0  # model-written tokens inside <think>...</think> so far (the tags not counted)
-    in_think: bool = False  # the transcript ends inside an open <think> of a model-written turn
+    in_think: bool = False  # the transcript ends inside an open <think> (a model-written one, or the prompt's)
     windows: list[Window] = field(default_factory=list)  # context management: earlier windows (token_ids: current)
     elided_turns: int = 0  # assistant turns elided in the current window's prompt
     context_peak: int = 0  # longest context (tokens) any generation of the episode saw
@@ -269,6 +269,7 @@ class AgenticRollout:
         )
         _append(episode, prompt, written=False)
         episode.turn_start = len(episode.token_ids)
+        episode.in_think = self._opens_think(prompt)
         try:
             episode.state = env.reset(task) if isinstance(env, MultiTurnEnvironment) else None
         except Exception as err:  # a broken environment must not take the run down
@@ -379,6 +380,7 @@ class AgenticRollout:
         episode.routing, episode.segments, episode.elided_turns = None, [], turns
         _append(episode, prompt, written=False)
         episode.prompt_len = episode.turn_start = len(prompt)
+        episode.in_think = self._opens_think(prompt)
 
     def _stop_at_cap(self, episode: Episode, reason: str) -> None:
         if reason == "paused":
@@ -475,6 +477,12 @@ class AgenticRollout:
         rendered = render_continuation_ids(self.tokenizer, cut, add_generation_prompt=True)
         _append(episode, rendered.input_ids, written=False)
         episode.turn_start = len(episode.token_ids)
+        episode.in_think = self._opens_think(rendered.input_ids)
+
+    def _opens_think(self, prompt_ids: Sequence[int]) -> bool:
+        """Whether a prompt ends with `<think>` (the thinking format's generation prompt): the model's next tokens
+        are reasoning."""
+        return bool(prompt_ids) and prompt_ids[-1] == self.think_ids[0]
 
 
 def score_episode(env: Environment, episode: Episode) -> Reward:

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from k2post.chat.parse import ToolCallParseError, parse_assistant
-from k2post.chat.template import render_ids
+from k2post.chat.template import chat_format, render_ids
 from k2post.chat.tokens import EOS, IM_END
 from k2post.chat.types import Message, ToolSpec
 from k2post.rollout.config import SamplingConfig
@@ -101,9 +101,13 @@ def decode_turn(tokenizer, token_ids: list[int]) -> str:
 
 
 def parse_generation(tokenizer, generation: Generation, start_index: int = 0, known_tools=None) -> ChatTurn:
-    """Parse a generated assistant turn (tool calls numbered from `start_index`)."""
+    """Parse a generated assistant turn (tool calls numbered from `start_index`; in the thinking format the turn
+    starts inside the prompt's `<think>`)."""
     parsed = parse_assistant(
-        decode_turn(tokenizer, generation.token_ids), start_index=start_index, known_tools=known_tools
+        decode_turn(tokenizer, generation.token_ids),
+        start_index=start_index,
+        known_tools=known_tools,
+        thinking=chat_format(tokenizer) == "thinking",
     )
     return ChatTurn(message=parsed.to_message(), generation=generation, parse_errors=list(parsed.errors))
 

@@ -68,10 +68,11 @@ class SFTDataConfig(K2Config):
     limit: int | None = Field(None, gt=0, description="Read only the first N rows (null: all).")
     reasoning_history: Literal["split", "last_exchange"] = Field(
         "split",
-        description="A dialogue whose earlier exchanges carry reasoning (the template hides it, and leaves it "
-        "untrained, once a later user message follows): split it into one example per such exchange, each ending "
-        "there, so every reasoning is trained once in the context the policy sees (split); or keep one example "
-        "that trains only the last exchange (last_exchange).",
+        description="A dialogue whose earlier exchanges carry reasoning (K2-Thinking's template hides it, and leaves "
+        "it untrained, once a later assistant message without tool calls follows): split it into one example per "
+        "such exchange, each ending at that exchange's answer, so every reasoning is trained once in the context the "
+        "policy sees (split); or keep one example that trains only the last exchange (last_exchange). Instruct "
+        "models render no reasoning: nothing to split.",
     )
 
 

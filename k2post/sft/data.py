@@ -12,8 +12,10 @@ per dialogue (k2post/sft/sources.py reads them; `data.columns` maps other column
                     a bare {name, description, parameters} is wrapped)
     metadata, domain, verdict   carried through; `domain` is counted in the report
 
-Each row is rendered with the K2 template (`k2post.chat.template.render_ids`): the loss mask is
-1 on every assistant body (content, thinking, tool-call tokens) and its closing `<|im_end|>`.
+Each row is rendered with the K2 template the tokenizer declares (`k2post.chat.template.render_ids`, instruct or
+thinking): the loss mask is 1 on every assistant body (content, thinking, tool-call tokens) and its closing
+`<|im_end|>`, 0 on headers (and the thinking header's `<think>`) and on history messages whose reasoning the thinking
+template hides; the row's final assistant message is trained as the model writes it (its reasoning visible).
 A row that fails (bad JSON, schema violation, dialogue the template rejects, no assistant
 token, longer than `max_seq_len` - rows are never truncated) is a `BadRow`
 `row <index> (id <id>): <reason>`; `bad_rows: skip` drops and lists it, `bad_rows: error`
@@ -35,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from k2post.chat.template import assign_tool_call_ids, render_ids, special_token_ids, validate_dialogue
+from k2post.chat.template import assign_tool_call_ids, chat_format, render_ids, special_token_ids, validate_dialogue
 from k2post.chat.types import Message, ToolSpec, dialogue_from_openai
 from k2post.envs.splits import hash_bucket
 from k2post.sft.config import SFTDataConfig
@@ -195,16 +197,19 @@ def _row_dialogue(row: dict[str, Any], tool_call_ids: str) -> tuple[list[Message
     return dialogue, tools
 
 
-def exchange_ends(messages: Sequence[Message]) -> list[int]:
-    """Where to cut a dialogue so each exchange with reasoning is trained while visible: the index of every user
-    message that follows an assistant message with reasoning (its exchange's reasoning would be hidden from there on),
-    then len(messages)."""
+def exchange_ends(messages: Sequence[Message], chat_format: str = "thinking") -> list[int]:
+    """Where to cut a dialogue so each reasoning is trained while visible (K2-Thinking hides the reasoning of every
+    assistant message up to the last one without tool calls): one past every such plain assistant message that ends
+    an exchange with non-empty reasoning and is not the last message, then len(messages). The instruct format renders
+    no reasoning: no cuts."""
     ends, pending = [], False
+    if chat_format != "thinking":
+        return [len(messages)]
     for index, message in enumerate(messages):
-        if message.role == "user" and pending:
-            ends.append(index)
+        pending = pending or (message.role == "assistant" and bool(message.reasoning))
+        if message.role == "assistant" and not message.tool_calls and pending and index + 1 < len(messages):
+            ends.append(index + 1)
             pending = False
-        pending = pending or (message.role == "assistant" and message.reasoning is not None)
     return [*ends, len(messages)]
 
 
@@ -225,7 +230,7 @@ def row_examples(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataCo
     if row.get("messages") is None and row.get("text") is not None:
         return [text_example(row, index, tokenizer, cfg)]
     dialogue, tools = row_dialogue(row, cfg.tool_call_ids)
-    ends = exchange_ends(dialogue) if cfg.reasoning_history == "split" else [len(dialogue)]
+    ends = exchange_ends(dialogue, chat_format(tokenizer)) if cfg.reasoning_history == "split" else [len(dialogue)]
     examples = [_example(dialogue[:end], tools, index, str(row["id"]), tokenizer, cfg) for end in ends]
     if len(examples) > 1:
         examples = [replace(e, id=f"{e.id}#x{k}") for k, e in enumerate(examples[:-1])] + examples[-1:]
@@ -242,7 +247,7 @@ def _example(
     dialogue: list[Message], tools: list[ToolSpec], index: int, row_id: str, tokenizer: Any, cfg: SFTDataConfig
 ) -> Example:
     try:
-        rendered = render_ids(tokenizer, dialogue, tools=tools)
+        rendered = render_ids(tokenizer, dialogue, tools=tools, last_turn_open=True)
     except ValueError as err:
         raise RowError(f"template: {err}") from None
     if not any(rendered.assistant_mask):
@@ -335,6 +340,7 @@ def _reject(report: DataReport, bad: BadRow, cfg: SFTDataConfig) -> None:
 def load_sft_data(cfg: SFTDataConfig, tokenizer: Any) -> SFTData:
     """Read, check, render and split every row of the dataset at `cfg.path`."""
     special_token_ids(tokenizer)  # a tokenizer without the K2 tokens fails here, not on every row
+    chat_format(tokenizer)  # so does one with a foreign chat template
     dataset = open_dataset(cfg.path, cfg.limit, cfg.columns)
     report = DataReport(path=str(cfg.path), rows=len(dataset))
     data, seen = SFTData([], [], report), {}

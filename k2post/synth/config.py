@@ -136,7 +136,8 @@ class SynthConfig(K2Config):
         False,
         description="Assistant turns think before they act (K2 Thinking): the reference agent writes what the last "
         "tool results said and why it makes its next calls into `reasoning_content`; the LLM agent keeps the model's "
-        "own reasoning (dropped when false). SFT then trains it (data.reasoning_history says how, docs/SFT.md).",
+        "own reasoning (dropped when false). SFT of a thinking-format model then trains it (data.reasoning_history "
+        "says how, docs/SFT.md); an instruct-format model's template renders no reasoning.",
     )
     user_simulator: Literal["rules", "llm"] = Field(
         "rules", description="Who plays the user: persona rules or the LLM."

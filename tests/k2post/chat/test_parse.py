@@ -31,7 +31,9 @@ def _section(*calls: str) -> str:
         ("<think>hm</think>Hi<|im_end|>", "Hi", "hm", []),
         ("hm</think>Hi", "Hi", "hm", []),
         ("Hi<|endoftext|>more", "Hi", None, []),
-        ("Hi<|im_begin|>user<|im_middle|>x", "Hi", None, []),
+        ("Hi<|im_user|>user<|im_middle|>x", "Hi", None, []),
+        ("Hi<|im_system|>tool<|im_middle|>x", "Hi", None, []),
+        ("Hi<|im_assistant|>assistant<|im_middle|>x", "Hi", None, []),
         ("x" + _section(_call_text("functions.f:0", '{"a": 1}')) + IM_END, "x", None, ["f"]),
         (_section(_call_text(" functions.f:0 ", ' {"a": 1} ')), "", None, ["f"]),
         (
@@ -48,7 +50,9 @@ def _section(*calls: str) -> str:
         "think",
         "prefilled_think",
         "stops_at_eos",
-        "stops_at_new_turn",
+        "stops_at_user_message",
+        "stops_at_system_message",
+        "stops_at_assistant_message",
         "one_call",
         "spaces_around",
         "two_calls",
@@ -183,11 +187,18 @@ def test_known_tools() -> None:
 
 
 @pytest.mark.parametrize(
-    ("start_index", "strict", "kinds"),
-    [(0, False, []), (5, False, []), (5, True, []), (0, True, ["bad_index", "bad_index"])],
+    ("start_index", "strict", "kinds", "first"),
+    [
+        (0, False, [], 5),
+        (5, False, [], 5),
+        (5, True, [], 5),
+        (0, True, ["bad_index", "bad_index"], 5),
+        (5, True, [], 0),  # counted per turn: accepted too
+        (7, True, ["bad_index", "bad_index"], 3),
+    ],
 )
-def test_strict_ids(start_index: int, strict: bool, kinds: list[str]) -> None:
-    text = _section(_call_text("functions.f:5", "{}"), _call_text("functions.g:6", "{}"))
+def test_strict_ids(start_index: int, strict: bool, kinds: list[str], first: int) -> None:
+    text = _section(_call_text(f"functions.f:{first}", "{}"), _call_text(f"functions.g:{first + 1}", "{}"))
     parsed = parse_assistant(text, start_index=start_index, strict_ids=strict)
     assert [error.kind for error in parsed.errors] == kinds
     assert len(parsed.tool_calls) == 2 - len(kinds)
@@ -233,7 +244,18 @@ def test_render_then_parse_round_trips(turn: tuple[Message, int], closed: bool) 
         known_tools={c.name for c in message.tool_calls},
     )
     assert parsed.errors == []
-    assert parsed.to_message() == message
+    assert parsed.to_message() == message.model_copy(update={"reasoning": None})  # instruct renders no reasoning
+
+
+@settings(max_examples=200, deadline=None)
+@given(turn=_assistant_turns(), closed=st.booleans())
+def test_thinking_turn_after_the_prompts_think_round_trips(turn: tuple[Message, int], closed: bool) -> None:
+    """Thinking: the model writes after the generation prompt's `<think>`: reasoning, `</think>`, the answer."""
+    message, start_index = turn
+    written = render_assistant_body(message, "thinking").removeprefix("<think>") + (IM_END if closed else "")
+    parsed = parse_assistant(written, start_index=start_index, strict_ids=True, thinking=True)
+    assert parsed.errors == []
+    assert parsed.to_message() == message.model_copy(update={"reasoning": message.reasoning or ""})
 
 
 _FRAGMENTS = st.sampled_from(
@@ -269,7 +291,7 @@ _NOISY_TEXT = st.lists(st.one_of(_FRAGMENTS, st.text(max_size=4)), max_size=40).
     known=st.none() | st.just({"f"}),
 )
 def test_parse_never_raises(text: str, start_index: int, strict: bool, known: set[str] | None) -> None:
-    parsed = parse_assistant(text, start_index=start_index, known_tools=known, strict_ids=strict)
+    parsed = parse_assistant(text, start_index=start_index, known_tools=known, strict_ids=strict, thinking=strict)
     assert all(isinstance(call.arguments, dict) for call in parsed.tool_calls)
     assert all(error.message for error in parsed.errors)
     parsed.to_message()
@@ -335,6 +357,20 @@ def test_deployed_parser_failures_parse(case: str) -> None:
     assert [call.name for call in parsed.tool_calls] == names
     assert [error.kind for error in parsed.errors] == kinds
     assert all(error.kind in SOFT_ERRORS for error in parsed.errors)  # nothing to hand back to the model
+
+
+@pytest.mark.parametrize("case", list(DEPLOYED_FAILURES), ids=list(DEPLOYED_FAILURES))
+def test_deployed_parser_failures_parse_after_the_thinking_prompt(case: str) -> None:
+    """The same texts as the thinking format's model writes them: the prompt supplied the `<think>`."""
+    text, reasoning, content, names, kinds = DEPLOYED_FAILURES[case]
+    parsed = parse_assistant(text.removeprefix("<think>"), thinking=True)
+    assert parsed.reasoning == (reasoning if reasoning is not None else "")
+    assert parsed.content == content and [call.name for call in parsed.tool_calls] == names
+    unclosed = [] if case != "index_not_counting_up" else ["unterminated_think"]  # no </think>: all is reasoning
+    if unclosed:
+        assert parsed.reasoning == "" and [e.kind for e in parsed.errors] == unclosed
+    else:
+        assert [error.kind for error in parsed.errors] == kinds
 
 
 def test_calls_whose_index_does_not_count_up_are_renumbered_when_rendered() -> None:

@@ -1,4 +1,5 @@
-"""K2 chat template: exact text, token ids + assistant mask, HF Jinja equality, id helpers."""
+"""K2 chat templates as shipped (instruct, thinking): exact bytes, token ids + assistant mask, HF Jinja equality,
+format detection, id helpers."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ from pydantic import ValidationError
 from transformers import PreTrainedTokenizerFast
 
 from k2post.chat.template import (
-    CHAT_TEMPLATE_JINJA,
-    GENERATION_PROMPT,
+    CHAT_FORMATS,
+    CHAT_TEMPLATES,
+    GENERATION_PROMPTS,
     assign_tool_call_ids,
+    chat_format,
     render_assistant_body,
     render_ids,
     render_text,
     validate_dialogue,
 )
-from k2post.chat.tokens import IM_END, SPECIAL_TOKENS
+from k2post.chat.tokens import IM_END, SPECIAL_TOKENS, THINK_BEGIN
 from k2post.chat.types import Message, ToolCall, ToolSpec, dialogue_from_openai, dump_json
 
 WEATHER = ToolSpec(
@@ -55,7 +58,7 @@ TOOL_ROUND = [
         reasoning="Call the tool twice.",
         tool_calls=[_call("get_weather", 0, city="Oslo"), _call("get_weather", 1, city="Lima")],
     ),
-    Message(role="tool", tool_call_id="functions.get_weather:0", content="-3 C"),
+    Message(role="tool", tool_call_id="functions.get_weather:0", content="-3 C", name="get_weather"),
     Message(role="tool", tool_call_id="functions.get_weather:1", content="19 C"),
     Message(
         role="assistant",
@@ -66,6 +69,15 @@ TOOL_ROUND = [
     Message(role="assistant", content="Oslo -3 C, Lima 19 C, Tokyo 12 C."),
     Message(role="user", content="Thanks"),
 ]
+TOOL_LOOP = [  # a plain answer (1), then a tool loop (3, 4) that a user message (5) interrupts
+    Message(role="user", content="Weather?"),
+    Message(role="assistant", reasoning="Ask which city.", content="Which city?"),
+    Message(role="user", content="Oslo"),
+    Message(role="assistant", reasoning="Look it up.", tool_calls=[_call("get_weather", 0, city="Oslo")]),
+    Message(role="tool", tool_call_id="functions.get_weather:0", content="-3 C", name="get_weather"),
+    Message(role="user", content="Hurry up"),
+]
+LOOP_ANSWERED = [*TOOL_LOOP, Message(role="assistant", reasoning="Answer now.", content="Cold.")]
 
 DIALOGUES: dict[str, tuple[list[Message], list[ToolSpec] | None]] = {
     "user_only": (USER_ONLY, None),
@@ -74,91 +86,236 @@ DIALOGUES: dict[str, tuple[list[Message], list[ToolSpec] | None]] = {
     "empty_reasoning": (EMPTY_REASONING, None),
     "tool_round": (TOOL_ROUND, [WEATHER, SEARCH]),
     "tools_no_calls": (WITH_SYSTEM, [WEATHER]),
+    "tool_loop": (TOOL_LOOP, [WEATHER]),
+    "loop_answered": (LOOP_ANSWERED, [WEATHER]),
 }
+
+# Exact bytes of K2's shipped templates (K2-Instruct / K2-Thinking chat_template, as public renderings show them).
+KIMI = "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+WEATHER_DECLARED = (
+    '<|im_system|>tool_declare<|im_middle|>[{"type":"function","function":{"name":"get_weather",'
+    '"description":"Weather in a city.","parameters":{"type":"object","properties":{"city":{"type":"string"}},'
+    '"required":["city"]}}}]<|im_end|>'
+)
+OSLO_CALL = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+    '{"city": "Oslo"}<|tool_call_end|><|tool_calls_section_end|>'
+)
+GOLDEN: list[tuple[str, list[Message], list[ToolSpec] | None, bool, str, str]] = [
+    ("plain", USER_ONLY, None, False, "instruct", KIMI + "<|im_user|>user<|im_middle|>Hi!<|im_end|>"),
+    (
+        "generation_prompt",
+        USER_ONLY,
+        None,
+        True,
+        "instruct",
+        KIMI + "<|im_user|>user<|im_middle|>Hi!<|im_end|><|im_assistant|>assistant<|im_middle|>",
+    ),
+    (
+        "thinking_generation_prompt",
+        USER_ONLY,
+        None,
+        True,
+        "thinking",
+        KIMI + "<|im_user|>user<|im_middle|>Hi!<|im_end|><|im_assistant|>assistant<|im_middle|><think>",
+    ),
+    (
+        "own_system",
+        WITH_SYSTEM,
+        None,
+        False,
+        "thinking",
+        "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>2+2?<|im_end|>",
+    ),
+    (
+        "instruct_drops_reasoning",
+        REASONING,
+        None,
+        False,
+        "instruct",
+        KIMI + "<|im_user|>user<|im_middle|>2+2?<|im_end|><|im_assistant|>assistant<|im_middle|>4<|im_end|>",
+    ),
+    (
+        "thinking_last_answer_is_history",
+        REASONING,
+        None,
+        False,
+        "thinking",
+        KIMI
+        + "<|im_user|>user<|im_middle|>2+2?<|im_end|><|im_assistant|>assistant<|im_middle|><think></think>4<|im_end|>",
+    ),
+    (
+        "tools_calls_named_results",
+        TOOL_ROUND[1:5],
+        [WEATHER],
+        False,
+        "instruct",
+        WEATHER_DECLARED + KIMI + "<|im_user|>user<|im_middle|>Weather in Oslo and Lima? 東京 too.<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><|tool_calls_section_begin|>"
+        '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Oslo"}<|tool_call_end|>'
+        '<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{"city": "Lima"}<|tool_call_end|>'
+        "<|tool_calls_section_end|><|im_end|>"
+        "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n-3 C<|im_end|>"
+        "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:1\n19 C<|im_end|>",
+    ),
+    (
+        "thinking_tool_loop_after_plain_answer_user_interrupts",
+        TOOL_LOOP,
+        [WEATHER],
+        True,
+        "thinking",
+        WEATHER_DECLARED + KIMI + "<|im_user|>user<|im_middle|>Weather?<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think></think>Which city?<|im_end|>"
+        "<|im_user|>user<|im_middle|>Oslo<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think>Look it up.</think>" + OSLO_CALL + "<|im_end|>"
+        "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n-3 C<|im_end|>"
+        "<|im_user|>user<|im_middle|>Hurry up<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think>",
+    ),
+    (
+        "thinking_loop_closed_by_plain_answer",
+        LOOP_ANSWERED,
+        [WEATHER],
+        False,
+        "thinking",
+        WEATHER_DECLARED + KIMI + "<|im_user|>user<|im_middle|>Weather?<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think></think>Which city?<|im_end|>"
+        "<|im_user|>user<|im_middle|>Oslo<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think></think>" + OSLO_CALL + "<|im_end|>"
+        "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n-3 C<|im_end|>"
+        "<|im_user|>user<|im_middle|>Hurry up<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think></think>Cold.<|im_end|>",
+    ),
+    ("empty_dialogue", [], None, True, "instruct", KIMI + "<|im_assistant|>assistant<|im_middle|>"),
+]
 
 
 @pytest.mark.parametrize(
-    ("messages", "tools", "generation_prompt", "expected"),
-    [
-        (USER_ONLY, None, False, "<|im_begin|>user<|im_middle|>Hi!<|im_end|>"),
-        (
-            USER_ONLY,
-            None,
-            True,
-            "<|im_begin|>user<|im_middle|>Hi!<|im_end|><|im_begin|>assistant<|im_middle|>",
-        ),
-        (
-            REASONING,
-            None,
-            False,
-            "<|im_begin|>user<|im_middle|>2+2?<|im_end|>"
-            "<|im_begin|>assistant<|im_middle|><think>Two plus two.</think>4<|im_end|>",
-        ),
-        (
-            TOOL_ROUND[1:4],
-            [WEATHER],
-            False,
-            '<|im_begin|>tool_declare<|im_middle|>[{"type": "function", "function": {"name": "get_weather", '
-            '"description": "Weather in a city.", "parameters": {"type": "object", "properties": '
-            '{"city": {"type": "string"}}, "required": ["city"]}}}]<|im_end|>'
-            "<|im_begin|>user<|im_middle|>Weather in Oslo and Lima? 東京 too.<|im_end|>"
-            "<|im_begin|>assistant<|im_middle|><think>Call the tool twice.</think><|tool_calls_section_begin|>"
-            '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Oslo"}<|tool_call_end|>'
-            '<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{"city": "Lima"}<|tool_call_end|>'
-            "<|tool_calls_section_end|><|im_end|>"
-            "<|im_begin|>tool<|im_middle|>## Return of functions.get_weather:0\n-3 C<|im_end|>",
-        ),
-    ],
-    ids=["user", "user_generation_prompt", "reasoning", "tool_call"],
+    ("messages", "tools", "generation_prompt", "fmt", "expected"),
+    [case[1:] for case in GOLDEN],
+    ids=[case[0] for case in GOLDEN],
 )
 def test_render_text_exact(
-    messages: list[Message], tools: list[ToolSpec] | None, generation_prompt: bool, expected: str
+    messages: list[Message], tools: list[ToolSpec] | None, generation_prompt: bool, fmt: str, expected: str
 ) -> None:
-    assert render_text(messages, tools=tools, add_generation_prompt=generation_prompt) == expected
+    assert render_text(messages, tools=tools, add_generation_prompt=generation_prompt, chat_format=fmt) == expected
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools", "generation_prompt", "fmt", "expected"),
+    [case[1:] for case in GOLDEN if case[1]],
+    ids=[case[0] for case in GOLDEN if case[1]],  # transformers refuses an empty dialogue,
+)
+def test_jinja_renders_the_golden_bytes(
+    k2_tokenizer, messages: list[Message], tools, generation_prompt: bool, fmt: str, expected: str
+) -> None:
+    """The saved HF template (what vLLM's chat endpoint and apply_chat_template use) gives the same bytes."""
+    openai_tools = [tool.to_openai() for tool in tools] if tools else None
+    dicts = [message.to_openai() for message in messages]
+    text = k2_tokenizer.apply_chat_template(
+        dicts,
+        tools=openai_tools,
+        tokenize=False,
+        add_generation_prompt=generation_prompt,
+        chat_template=CHAT_TEMPLATES[fmt],
+    )
+    assert text == expected
+
+
+def test_last_turn_open_renders_the_trained_answer_as_written() -> None:
+    """An SFT row's final answer: the split is taken over the messages before it (what the model saw)."""
+    text = render_text(LOOP_ANSWERED, [WEATHER], chat_format="thinking", last_turn_open=True)
+    assert text.endswith(
+        "<|im_assistant|>assistant<|im_middle|><think>Look it up.</think>" + OSLO_CALL + "<|im_end|>"
+        "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n-3 C<|im_end|>"
+        "<|im_user|>user<|im_middle|>Hurry up<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think>Answer now.</think>Cold.<|im_end|>"
+    )
+    prompt = render_text(TOOL_LOOP, [WEATHER], add_generation_prompt=True, chat_format="thinking")
+    assert text == prompt + "Answer now.</think>Cold.<|im_end|>"  # prompt + what the model writes
 
 
 @pytest.mark.parametrize("name", sorted(DIALOGUES))
 @pytest.mark.parametrize("generation_prompt", [False, True])
-def test_render_ids_matches_plain_tokenization(
-    k2_tokenizer: PreTrainedTokenizerFast, name: str, generation_prompt: bool
-) -> None:
+def test_render_ids_matches_plain_tokenization(fmt_tokenizer, name: str, generation_prompt: bool) -> None:
+    fmt, tokenizer = fmt_tokenizer
     messages, tools = DIALOGUES[name]
-    rendered = render_ids(k2_tokenizer, messages, tools=tools, add_generation_prompt=generation_prompt)
-    assert rendered.text == render_text(messages, tools=tools, add_generation_prompt=generation_prompt)
-    assert rendered.input_ids == k2_tokenizer(rendered.text, add_special_tokens=False).input_ids
+    rendered = render_ids(tokenizer, messages, tools=tools, add_generation_prompt=generation_prompt)
+    assert rendered.text == render_text(messages, tools=tools, add_generation_prompt=generation_prompt, chat_format=fmt)
+    assert rendered.input_ids == tokenizer(rendered.text, add_special_tokens=False).input_ids
     assert len(rendered.assistant_mask) == len(rendered.input_ids)
 
 
-def _expected_trained_text(messages: list[Message]) -> str:
-    """Assistant bodies the mask covers: all but history messages (before the last user message) with reasoning,
-    which render it hidden and are not trained."""
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=0)
-    return "".join(
-        render_assistant_body(m) + IM_END
-        for i, m in enumerate(messages)
-        if m.role == "assistant" and not (m.reasoning is not None and i < last_user)
-    )
+def _expected_trained_text(messages: list[Message], fmt: str, last_turn_open: bool = False) -> str:
+    """Assistant bodies the mask covers, after the assistant header (thinking: after its `<think>`); in thinking,
+    messages up to the last assistant message without calls (taken before the last message when it is open) whose
+    non-empty reasoning is hidden are not trained."""
+    scope = messages[:-1] if last_turn_open and messages and messages[-1].role == "assistant" else messages
+    split = max((i for i, m in enumerate(scope) if m.role == "assistant" and not m.tool_calls), default=-1)
+    texts = []
+    for i, m in enumerate(messages):
+        if m.role != "assistant" or (fmt == "thinking" and m.reasoning and i <= split):
+            continue
+        thinking = f"{m.reasoning or ''}</think>" if fmt == "thinking" else ""
+        texts.append(thinking + render_assistant_body(m) + IM_END)
+    return "".join(texts)
 
 
 @pytest.mark.parametrize("name", sorted(DIALOGUES))
-def test_assistant_mask_covers_bodies_and_im_end(k2_tokenizer: PreTrainedTokenizerFast, name: str) -> None:
+def test_assistant_mask_covers_bodies_and_im_end(fmt_tokenizer, name: str) -> None:
+    fmt, tokenizer = fmt_tokenizer
     messages, tools = DIALOGUES[name]
-    rendered = render_ids(k2_tokenizer, messages, tools=tools, add_generation_prompt=True)
-    trained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if bit]
-    # the tokenizer NFC-normalizes (Qwen2-style pipeline), so compare normalized text
-    assert k2_tokenizer.decode(trained) == unicodedata.normalize("NFC", _expected_trained_text(messages))
-    untrained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if not bit]
-    assert k2_tokenizer.decode(untrained).endswith(GENERATION_PROMPT)
+    for last_turn_open in (False, True):
+        rendered = render_ids(
+            tokenizer, messages, tools=tools, add_generation_prompt=True, last_turn_open=last_turn_open
+        )
+        trained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if bit]
+        # the tokenizer NFC-normalizes (Qwen2-style pipeline), so compare normalized text
+        expected = _expected_trained_text(messages, fmt, last_turn_open)
+        assert tokenizer.decode(trained) == unicodedata.normalize("NFC", expected)
+        untrained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if not bit]
+        assert tokenizer.decode(untrained).endswith(GENERATION_PROMPTS[fmt])  # the prompt's <think> is not trained
 
 
-def test_mask_starts_right_after_assistant_header(k2_tokenizer: PreTrainedTokenizerFast) -> None:
-    rendered = render_ids(k2_tokenizer, REASONING)
-    header = k2_tokenizer("<|im_begin|>assistant<|im_middle|>", add_special_tokens=False).input_ids
+def test_thinking_mask_hides_the_answered_loop_and_trains_the_open_one(k2_thinking_tokenizer) -> None:
+    """The split is the last assistant message without calls: the interrupted loop's reasoning (3) is trained, the
+    plain answer's (1) is not; once answered (6), all of it is history unless the answer is the open turn."""
+
+    def trained(messages, last_turn_open=False):
+        rendered = render_ids(k2_thinking_tokenizer, messages, tools=[WEATHER], last_turn_open=last_turn_open)
+        return k2_thinking_tokenizer.decode([t for t, bit in zip(rendered.input_ids, rendered.assistant_mask) if bit])
+
+    assert trained(TOOL_LOOP) == "Look it up.</think>" + OSLO_CALL + "<|im_end|>"
+    assert trained(LOOP_ANSWERED) == ""
+    assert trained(LOOP_ANSWERED, last_turn_open=True) == (
+        "Look it up.</think>" + OSLO_CALL + "<|im_end|>Answer now.</think>Cold.<|im_end|>"
+    )
+
+
+@pytest.mark.parametrize("fmt", CHAT_FORMATS)
+def test_mask_starts_right_after_assistant_header(fmt_tokenizer, fmt: str) -> None:
+    fmt, tokenizer = fmt_tokenizer
+    rendered = render_ids(tokenizer, REASONING, last_turn_open=True)
+    header = tokenizer(GENERATION_PROMPTS[fmt], add_special_tokens=False).input_ids
     start = next(i for i in range(len(rendered.input_ids)) if rendered.input_ids[i : i + len(header)] == header)
     first_trained = rendered.assistant_mask.index(1)
     assert first_trained == start + len(header)
-    assert rendered.input_ids[-1] == k2_tokenizer.convert_tokens_to_ids(IM_END)
+    assert (tokenizer.convert_ids_to_tokens(rendered.input_ids[first_trained - 1]) == THINK_BEGIN) == (
+        fmt == "thinking"
+    )
+    assert rendered.input_ids[-1] == tokenizer.convert_tokens_to_ids(IM_END)
     assert rendered.assistant_mask[-1] == 1
+
+
+def test_chat_format_tells_the_variant_and_refuses_a_foreign_template(k2_tokenizer, k2_thinking_tokenizer) -> None:
+    assert chat_format(k2_tokenizer) == "instruct" and chat_format(k2_thinking_tokenizer) == "thinking"
+    foreign = CHAT_TEMPLATES["instruct"].replace("<|im_end|>", "<|im_end|>\n")
+    for template, found in ((foreign, "not one of k2post's K2 templates"), (None, "no chat template")):
+        tokenizer = type("Tok", (), {"chat_template": template})()
+        with pytest.raises(ValueError, match=re.escape(found) + ".*run `k2post model prepare`"):
+            chat_format(tokenizer)
+    with pytest.raises(ValueError, match="run `k2post model prepare`"):
+        render_ids(type("Tok", (), {"chat_template": foreign})(), USER_ONLY)
 
 
 def _openai_dialogue(messages: list[Message], arguments_as_dict: bool) -> list[dict[str, Any]]:
@@ -174,20 +331,18 @@ def _openai_dialogue(messages: list[Message], arguments_as_dict: bool) -> list[d
 @pytest.mark.parametrize("generation_prompt", [False, True])
 @pytest.mark.parametrize("arguments_as_dict", [False, True])
 def test_jinja_template_equals_render_text(
-    k2_tokenizer: PreTrainedTokenizerFast,
-    name: str,
-    generation_prompt: bool,
-    arguments_as_dict: bool,
+    fmt_tokenizer, name: str, generation_prompt: bool, arguments_as_dict: bool
 ) -> None:
+    fmt, tokenizer = fmt_tokenizer
     messages, tools = DIALOGUES[name]
     openai_tools = [tool.to_openai() for tool in tools] if tools else None
-    jinja_text = k2_tokenizer.apply_chat_template(
+    jinja_text = tokenizer.apply_chat_template(
         _openai_dialogue(messages, arguments_as_dict),
         tools=openai_tools,
         tokenize=False,
         add_generation_prompt=generation_prompt,
     )
-    assert jinja_text == render_text(messages, tools=tools, add_generation_prompt=generation_prompt)
+    assert jinja_text == render_text(messages, tools=tools, add_generation_prompt=generation_prompt, chat_format=fmt)
 
 
 def test_jinja_fills_missing_call_ids_like_python(k2_tokenizer: PreTrainedTokenizerFast) -> None:
@@ -291,6 +446,18 @@ OPENAI_ID_CASES: dict[str, tuple[list[dict[str, Any]], list[str], list[str]]] = 
         ],
         ["functions.f:0", "functions.g:1", "functions.f:2"],
         ["functions.g:1", "functions.f:2"],
+    ),
+    "k2_per_turn_index": (
+        [
+            _GO,
+            _oa_assistant(_oa_call("functions.f:0", "f")),
+            _oa_result("functions.f:0"),
+            _oa_assistant(_oa_call("functions.g:0", "g"), _oa_call("functions.g:1", "g")),
+            _oa_result("functions.g:1"),
+            _oa_result("functions.g:0"),
+        ],
+        ["functions.f:0", "functions.g:0", "functions.g:1"],
+        ["functions.f:0", "functions.g:1", "functions.g:0"],
     ),
     "k2_wrong_index_and_name": (
         [
@@ -400,8 +567,9 @@ def test_unanswered_result_keeps_its_id_in_jinja_and_raises_in_python(
         render_ids(k2_tokenizer, dialogue)
 
 
-def test_chat_template_is_the_tokenizers(k2_tokenizer: PreTrainedTokenizerFast) -> None:
-    assert k2_tokenizer.chat_template == CHAT_TEMPLATE_JINJA
+def test_chat_template_is_the_tokenizers(k2_tokenizer, k2_thinking_tokenizer) -> None:
+    assert k2_tokenizer.chat_template == CHAT_TEMPLATES["instruct"]
+    assert k2_thinking_tokenizer.chat_template == CHAT_TEMPLATES["thinking"]
 
 
 @pytest.mark.parametrize(
@@ -419,11 +587,8 @@ def test_chat_template_is_the_tokenizers(k2_tokenizer: PreTrainedTokenizerFast) 
             "message 0: tool result",
         ),
         (
-            [
-                Message(role="assistant", tool_calls=[_call("f", 0)]),
-                Message(role="assistant", tool_calls=[_call("f", 0)]),
-            ],
-            "message 1: tool call id 'functions.f:0' is used twice",
+            [Message(role="assistant", tool_calls=[_call("f", 0), _call("f", 0)])],
+            "message 0: tool call id 'functions.f:0' is used twice",
         ),
     ],
     ids=["unknown_call", "result_before_call", "duplicate_id"],
@@ -557,18 +722,19 @@ def _dialogues(draw: st.DrawFn) -> list[Message]:
     return messages
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_dialogues(), with_tools=st.booleans())
-def test_render_ids_property(k2_tokenizer: PreTrainedTokenizerFast, messages: list[Message], with_tools: bool) -> None:
+def test_render_ids_property(fmt_tokenizer, messages: list[Message], with_tools: bool) -> None:
+    fmt, tokenizer = fmt_tokenizer
     tools = [WEATHER] if with_tools else None
-    rendered = render_ids(k2_tokenizer, messages, tools=tools, add_generation_prompt=True)
-    assert rendered.input_ids == k2_tokenizer(rendered.text, add_special_tokens=False).input_ids
+    rendered = render_ids(tokenizer, messages, tools=tools, add_generation_prompt=True)
+    assert rendered.input_ids == tokenizer(rendered.text, add_special_tokens=False).input_ids
     trained = [token for token, bit in zip(rendered.input_ids, rendered.assistant_mask, strict=True) if bit]
     # the tokenizer NFC-normalizes (Qwen2-style pipeline), so compare normalized text
-    assert k2_tokenizer.decode(trained) == unicodedata.normalize("NFC", _expected_trained_text(messages))
+    assert tokenizer.decode(trained) == unicodedata.normalize("NFC", _expected_trained_text(messages, fmt))
     validate_dialogue(messages, require_k2_ids=True)
     assert (
-        k2_tokenizer.apply_chat_template(
+        tokenizer.apply_chat_template(
             [m.to_openai() for m in messages],
             tools=[WEATHER.to_openai()] if with_tools else None,
             tokenize=False,
@@ -609,25 +775,23 @@ def test_openai_ids_property(k2_tokenizer: PreTrainedTokenizerFast, dialogue: li
     assert _call_ids(jinja_text) == [call.id for message in k2_dialogue for call in message.tool_calls]
 
 
-def test_reasoning_before_the_last_user_message_is_hidden_and_not_trained(k2_tokenizer) -> None:
-    """K2 Thinking: the current exchange keeps its reasoning; history renders an empty think block, untrained."""
-    messages = [
-        Message(role="user", content="first"),
-        Message(role="assistant", content="one", reasoning="old thoughts"),
-        Message(role="user", content="second"),
-        Message(
-            role="assistant",
-            content="",
-            reasoning="new thoughts",
-            tool_calls=[ToolCall(id="functions.f:0", name="f", arguments={})],
-        ),
-        Message(role="tool", content="ok", tool_call_id="functions.f:0"),
-        Message(role="assistant", content="two", reasoning="after the tool"),
+def test_per_turn_k2_ids_are_kept_and_parsed_results_point_at_the_latest(fmt_tokenizer) -> None:
+    """Some public renderers count IDX per assistant turn: such ids are kept as written (not rewritten, not
+    rejected); a result answers the latest earlier call with its id."""
+    fmt, tokenizer = fmt_tokenizer
+    dialogue = [
+        _GO,
+        _oa_assistant(_oa_call("functions.f:0", "f"), _oa_call("functions.g:1", "g")),
+        _oa_result("functions.f:0", "F0"),
+        _oa_result("functions.g:1", "G1"),
+        _oa_assistant(_oa_call("functions.f:0", "f"), _oa_call("functions.f:1", "f")),
+        _oa_result("functions.f:1", "F3"),
+        _oa_result("functions.f:0", "F2"),
     ]
-    rendered = render_ids(k2_tokenizer, messages)
-    assert "old thoughts" not in rendered.text and "<think></think>one" in rendered.text
-    assert "<think>new thoughts</think>" in rendered.text and "<think>after the tool</think>two" in rendered.text
-    trained = k2_tokenizer.decode([t for t, bit in zip(rendered.input_ids, rendered.assistant_mask) if bit])
-    assert "one" not in trained and "new thoughts" in trained and "after the tool" in trained
-    jinja = k2_tokenizer.apply_chat_template([m.to_openai() for m in messages], tokenize=False)
-    assert jinja == rendered.text
+    text = render_text(dialogue, chat_format=fmt)
+    assert _call_ids(text) == ["functions.f:0", "functions.g:1", "functions.f:0", "functions.f:1"]
+    assert _result_ids(text) == ["functions.f:0", "functions.g:1", "functions.f:1", "functions.f:0"]
+    assert tokenizer.apply_chat_template(dialogue, tokenize=False) == text
+    k2_dialogue = assign_tool_call_ids(dialogue)
+    validate_dialogue(k2_dialogue, require_k2_ids=True)
+    assert assign_tool_call_ids(k2_dialogue) == k2_dialogue

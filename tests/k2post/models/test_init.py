@@ -20,12 +20,15 @@ from k2post.models.loading import ensure_model, load_causal_lm, load_tokenizer
 def test_model_config_defaults_and_unknown_flavor() -> None:
     cfg = ModelConfig()
     assert (cfg.flavor, cfg.dtype, cfg.seed, cfg.vocab_size) == ("tiny-qwen2", "float32", 0, 4096)
+    assert cfg.chat_format == "instruct"
     assert ModelConfig(flavor=None, path="/some/dir").flavor is None
     with pytest.raises(ValidationError, match="unknown model flavor 'tiny-gpt'.*tiny-k2, tiny-qwen2"):
         ModelConfig(flavor="tiny-gpt")
 
 
-@pytest.mark.parametrize("bad", [{"dtype": "float16"}, {"vocab_size": 0}, {"flavour": "tiny-k2"}])
+@pytest.mark.parametrize(
+    "bad", [{"dtype": "float16"}, {"vocab_size": 0}, {"flavour": "tiny-k2"}, {"chat_format": "chatml"}]
+)
 def test_model_config_rejects_bad_values(bad: dict) -> None:
     with pytest.raises(ValidationError):
         ModelConfig(**bad)
@@ -111,3 +114,19 @@ def test_loaders_reject_non_model_dirs(tmp_path: Path) -> None:
         load_tokenizer(tmp_path)
     with pytest.raises(ValueError, match="dtype"):
         load_causal_lm(tmp_path, dtype="float16")
+
+
+def test_ensure_model_builds_the_asked_chat_format(tmp_path: Path, capsys) -> None:
+    """`model.chat_format: thinking` (and `k2post model init --chat-format thinking`) give K2-Thinking's template."""
+    from k2post.chat.template import chat_format
+    from k2post_pipelines.model import main
+
+    path = ensure_model(ModelConfig(path=str(tmp_path / "thinking"), chat_format="thinking", vocab_size=512))
+    assert chat_format(load_tokenizer(path)) == "thinking"
+    out = tmp_path / "cli"
+    assert (
+        main(["init", "--flavor", "tiny-qwen2", "--out", str(out), "--vocab-size", "512", "--chat-format", "thinking"])
+        == 0
+    )
+    assert chat_format(load_tokenizer(out)) == "thinking"
+    assert main(["init", "--flavor", "tiny-qwen2", "--out", str(tmp_path / "x"), "--chat-format", "chatml"]) == 2

@@ -6,25 +6,35 @@ from __future__ import annotations
 import pytest
 import torch
 
-from k2post.chat.template import CHAT_TEMPLATE_JINJA, render_ids, special_token_ids
-from k2post.chat.tokens import PAD, SPECIAL_TOKENS
+from k2post.chat.template import CHAT_TEMPLATES, chat_format, missing_special_tokens, render_ids, special_token_ids
+from k2post.chat.tokens import CHAT_TOKENS, PAD
 from k2post.chat.types import Message
-from k2post.chat.template import missing_special_tokens
 from k2post.models.prepare import PrepareError, prepare_model_dir
 
-ADDED = [token for token in SPECIAL_TOKENS if token != "<|endoftext|>"]  # the foreign tokenizer has that one
+ADDED = [PAD, *CHAT_TOKENS]  # the foreign tokenizer has no pad token and none of K2's 12 chat tokens: 13 added
 TEXT = ["the quick brown fox jumps over the lazy dog", "hello world, how are you today?", "numbers 12 345 6789"] * 20
 
 
-def _foreign_model(path, arch: str):
-    """A random tiny model + a BPE tokenizer with only `<|endoftext|>`, saved with plain transformers."""
+def _foreign_model(path, arch: str, k2_tokens: bool = False):
+    """A random tiny model + a BPE tokenizer saved with plain transformers: with only `<|endoftext|>`, or (`k2_tokens`)
+    shaped like K2's own (`[EOS]`, `[PAD]` and all K2 chat tokens, a template of its own)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+    special = ["[EOS]", "[PAD]", *CHAT_TOKENS] if k2_tokens else ["<|endoftext|>"]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.train_from_iterator(TEXT, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"]))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    bpe.train_from_iterator(TEXT, trainers.BpeTrainer(vocab_size=300, special_tokens=special))
+    if k2_tokens:
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=bpe,
+            eos_token="[EOS]",
+            pad_token="[PAD]",
+            extra_special_tokens=list(CHAT_TOKENS),
+            chat_template="{% for m in messages %}{{ m.content }}{% endfor %}",
+        )
+    else:
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
     vocab = len(tokenizer)
     torch.manual_seed(0)
     if arch == "gpt2":
@@ -42,7 +52,7 @@ def test_prepare_adds_k2_tokens_template_and_mean_rows(tmp_path, arch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source, before = _foreign_model(tmp_path / "foreign", arch)
-    assert missing_special_tokens(before) == ADDED
+    assert missing_special_tokens(before) == list(CHAT_TOKENS)
     with pytest.raises(ValueError, match="has no id for special token"):
         special_token_ids(before)  # what SFT said before: the reason for `prepare`
     report = prepare_model_dir(source, tmp_path / "prepared")
@@ -52,10 +62,12 @@ def test_prepare_adds_k2_tokens_template_and_mean_rows(tmp_path, arch):
 
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "prepared")
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "prepared")
-    ids = special_token_ids(tokenizer)  # every K2 token is one id now
-    assert sorted(ids[t] for t in ADDED) == list(range(report.vocab_before, report.vocab_after))
-    assert ids["<|endoftext|>"] == before.convert_tokens_to_ids("<|endoftext|>")
-    assert tokenizer.pad_token == PAD and tokenizer.chat_template == CHAT_TEMPLATE_JINJA
+    special_token_ids(tokenizer)  # every K2 token is one id now
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ADDED}
+    assert sorted(ids.values()) == list(range(report.vocab_before, report.vocab_after))
+    assert tokenizer.convert_tokens_to_ids("<|endoftext|>") == before.convert_tokens_to_ids("<|endoftext|>")
+    assert tokenizer.pad_token == PAD and tokenizer.chat_template == CHAT_TEMPLATES["instruct"]
+    assert chat_format(tokenizer) == "instruct"
     assert tokenizer("hello world").input_ids == before("hello world").input_ids  # old ids unchanged
     old = AutoModelForCausalLM.from_pretrained(source)
     for new_w, old_w in (
@@ -92,7 +104,32 @@ def test_prepare_errors_are_one_line(tmp_path, capsys):
         assert main(["prepare", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1 and err.startswith("k2post model: error: "), err
-    assert main(["prepare", str(source), "--out", str(tmp_path / "taken"), "--overwrite"]) == 0
-    assert f"special tokens added: {len(ADDED)}" in capsys.readouterr().out and not (tmp_path / "taken" / "x").exists()
+    assert (
+        main(["prepare", str(source), "--out", str(tmp_path / "taken"), "--overwrite", "--chat-format", "thinking"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert f"special tokens added: {len(ADDED)}" in out and "chat template: replaced by K2's thinking" in out
+    assert not (tmp_path / "taken" / "x").exists()
     with pytest.raises(PrepareError, match="exists and is not empty"):
         prepare_model_dir(source, tmp_path / "taken")
+
+
+@pytest.mark.parametrize("fmt", ["instruct", "thinking"])
+def test_prepare_adds_nothing_to_a_tokenizer_with_k2s_tokens(tmp_path, fmt):
+    """A K2-shaped tokenizer (its own eos and pad, every K2 chat token) gets no new token and no new row: only the
+    chat template of the asked format (before, `<|im_begin|>`, `<|pad|>` and `<|endoftext|>` rows were added)."""
+    from transformers import AutoTokenizer
+
+    source, before = _foreign_model(tmp_path / "k2like", "gpt2", k2_tokens=True)
+    assert missing_special_tokens(before) == []
+    report = prepare_model_dir(source, tmp_path / "prepared", chat_format=fmt)
+    assert report.added_tokens == {} and report.vocab_after == report.vocab_before and not report.pad_token_set
+    assert "special tokens added: 0 (none)" in report.summary() and f"replaced by K2's {fmt}" in report.summary()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "prepared")
+    assert len(tokenizer) == len(before) and tokenizer.pad_token == "[PAD]" and chat_format(tokenizer) == fmt
+    assert special_token_ids(tokenizer) == special_token_ids(before)
+    dialogue = [Message(role="user", content="hello world")]
+    rendered = render_ids(tokenizer, dialogue, add_generation_prompt=True)
+    hf = tokenizer.apply_chat_template([m.to_openai() for m in dialogue], tokenize=False, add_generation_prompt=True)
+    assert hf == rendered.text and rendered.text.endswith("<think>" if fmt == "thinking" else "<|im_middle|>")

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from k2post.chat.template import CHAT_TEMPLATE_JINJA, render_text
+from k2post.chat.template import CHAT_TEMPLATES, chat_format, render_text
 from k2post.chat.tokens import EOS, IM_END, PAD, SPECIAL_TOKENS
 from k2post.chat.types import Message, ToolCall, ToolSpec
 from k2post.models.tokenizer import build_corpus, build_tokenizer, save_tokenizer
@@ -21,7 +21,7 @@ SAMPLES = [
     '{"name": "get_weather", "arguments": {"city": "Paris"}}',
     "  leading spaces, tabs\tand\nnewlines  ",
     "naïve café 東京 😀 привет",
-    "<|im_begin|>user<|im_middle|>hi<|im_end|>",
+    "<|im_user|>user<|im_middle|>hi<|im_end|>",
 ]
 
 
@@ -44,7 +44,7 @@ def test_vocab_size_and_special_tokens(tok: PreTrainedTokenizerFast) -> None:
         SPECIAL_TOKENS.index(IM_END),
     )
     assert tok.model_max_length == 4096
-    assert tok.chat_template == CHAT_TEMPLATE_JINJA
+    assert tok.chat_template == CHAT_TEMPLATES["instruct"] and chat_format(tok) == "instruct"
     assert set(SPECIAL_TOKENS) <= set(tok.all_special_tokens)
 
 
@@ -58,9 +58,12 @@ def test_no_bos_added(tok: PreTrainedTokenizerFast) -> None:
     assert tok("hello").input_ids == tok("hello", add_special_tokens=False).input_ids
 
 
-def test_same_seed_same_vocab(tok: PreTrainedTokenizerFast) -> None:
-    again = build_tokenizer(vocab_size=4096, seed=0)
+def test_same_seed_same_vocab_in_both_formats(tok: PreTrainedTokenizerFast) -> None:
+    again = build_tokenizer(vocab_size=4096, seed=0, chat_format="thinking")
     assert again.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
+    assert again.chat_template == CHAT_TEMPLATES["thinking"] and chat_format(again) == "thinking"
+    with pytest.raises(ValueError, match="chat format 'chatml' is not one of instruct, thinking"):
+        build_tokenizer(vocab_size=512, chat_format="chatml")
 
 
 def test_corpus_is_deterministic_and_varied() -> None:
@@ -76,6 +79,9 @@ def test_corpus_is_deterministic_and_varied() -> None:
         "def ",
         "<|tool_call_begin|>",
         "## Return of ",
+        "<|im_system|>tool_declare<|im_middle|>",
+        "You are Kimi, an AI assistant created by Moonshot AI.",
+        "<think>",
     ):
         assert needle in joined
 
@@ -115,7 +121,7 @@ def test_small_vocab_builds(tmp_path: Path) -> None:
 def test_save_and_reload(tok: PreTrainedTokenizerFast, saved_dir: Path) -> None:
     loaded = AutoTokenizer.from_pretrained(saved_dir)
     assert len(loaded) == len(tok)
-    assert loaded.chat_template == CHAT_TEMPLATE_JINJA
+    assert loaded.chat_template == CHAT_TEMPLATES["instruct"]
     assert (loaded.pad_token, loaded.eos_token, loaded.bos_token) == (PAD, IM_END, None)
     assert loaded.model_max_length == tok.model_max_length
     for sample in SAMPLES:

@@ -31,6 +31,8 @@ class Trajectory:
     ids: list[int]
     mask: list[int]
     turns: list[Message]  # assistant turns after the prompt (raw malformed text kept as content)
+    prompt_len: int | None = None  # tokens of the task prompt (the first assistant header starts there); None: 3
+    # tokens before the first trained one (`<|im_assistant|>`, `assistant`, `<|im_middle|>` in the instruct format)
 
 
 def _malformed_turn(call: ToolCall) -> str:
@@ -65,12 +67,13 @@ def reference_trajectory(env, task: Task, tokenizer, malformed_first: bool = Fal
     env.step(state, rest[-1])
     cont = render_continuation_ids(tokenizer, rest, add_generation_prompt=False)
     turns = [m for m in rest if m.role == "assistant"]
-    return Trajectory(task, prompt.input_ids + cont.input_ids, prompt.assistant_mask + cont.assistant_mask, turns)
+    ids, mask = prompt.input_ids + cont.input_ids, prompt.assistant_mask + cont.assistant_mask
+    return Trajectory(task, ids, mask, turns, len(prompt.input_ids))
 
 
 def _split(traj: Trajectory) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(prompt ids [1, P], rest ids [1, R], rest mask [1, R]); the prompt is read without grad."""
-    cut = traj.mask.index(1) - 3  # before the first `<|im_begin|>assistant<|im_middle|>`
+    cut = traj.mask.index(1) - 3 if traj.prompt_len is None else traj.prompt_len  # before the first assistant header
     return torch.tensor([traj.ids[:cut]]), torch.tensor([traj.ids[cut:]]), torch.tensor([traj.mask[cut:]])
 
 

@@ -7,8 +7,17 @@ import json
 import pytest
 
 from data_helpers import make_row, write_dataset
-from k2post.chat.template import render_assistant_body
-from k2post.chat.tokens import IM_BEGIN, IM_END, IM_MIDDLE, TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
+from k2post.chat.template import CHAT_TEMPLATES, render_assistant_body
+from k2post.chat.tokens import (
+    IM_ASSISTANT,
+    IM_END,
+    IM_MIDDLE,
+    IM_SYSTEM,
+    IM_USER,
+    THINK_BEGIN,
+    TOOL_CALL_BEGIN,
+    TOOL_CALLS_BEGIN,
+)
 from k2post.chat.types import dialogue_from_openai
 from k2post.sft.config import SFTDataConfig
 from k2post.sft.data import BadRowError, SFTDataError, is_eval_id, load_sft_data
@@ -19,24 +28,37 @@ def _config(path, **overrides) -> SFTDataConfig:
     return SFTDataConfig(path=str(path), eval_fraction=0.0, **overrides)
 
 
-def _oracle_mask(ids: list[int], tokenizer) -> list[int]:
-    """1 from the token after `<|im_begin|>assistant<|im_middle|>` through its `<|im_end|>`, else 0
-    (read off the token ids alone, independent of how the template builds its mask)."""
-    begin, middle, end = (tokenizer.convert_tokens_to_ids(t) for t in (IM_BEGIN, IM_MIDDLE, IM_END))
-    mask, role, in_body, header = [], None, False, []
+@pytest.fixture(scope="module")
+def sft_thinking_tokenizer(sft_tokenizer):
+    """The tiny model's tokenizer with K2-Thinking's template (what `--chat-format thinking` writes)."""
+    import copy
+
+    tokenizer = copy.deepcopy(sft_tokenizer)
+    tokenizer.chat_template = CHAT_TEMPLATES["thinking"]
+    return tokenizer
+
+
+def _oracle_mask(ids: list[int], tokenizer, thinking: bool = False) -> list[int]:
+    """1 from the token after `<|im_assistant|>NAME<|im_middle|>` (thinking: after its `<think>` too) through its
+    `<|im_end|>`, else 0 (read off the token ids alone, independent of how the template builds its mask)."""
+    starts = {tokenizer.convert_tokens_to_ids(t) for t in (IM_USER, IM_ASSISTANT, IM_SYSTEM)}
+    assistant, middle, end, think = (
+        tokenizer.convert_tokens_to_ids(t) for t in (IM_ASSISTANT, IM_MIDDLE, IM_END, THINK_BEGIN)
+    )
+    mask, is_assistant, in_body, first = [], False, False, False
     for tok in ids:
-        if tok == begin:
-            header, in_body = [], False
+        if tok in starts:
+            is_assistant, in_body = tok == assistant, False
             mask.append(0)
         elif tok == middle and not in_body:
-            role, in_body = tokenizer.decode(header), True
+            in_body, first = True, True
             mask.append(0)
         elif not in_body:
-            header.append(tok)
             mask.append(0)
         else:
-            mask.append(1 if role == "assistant" else 0)
-            in_body = in_body and tok != end
+            prompt_think = first and thinking and tok == think
+            mask.append(1 if is_assistant and not prompt_think else 0)
+            in_body, first = tok != end, False
     return mask
 
 
@@ -52,7 +74,17 @@ def test_mask_covers_exactly_the_assistant_tokens(tmp_path, tool_rows, sft_token
         assert sft_tokenizer.decode(trained) == expected  # bodies incl. tool-call tokens + closing <|im_end|>
         assert call_begin in trained and TOOL_CALLS_BEGIN in expected
         untrained = sft_tokenizer.decode([tok for tok, bit in zip(example.input_ids, example.loss_mask) if not bit])
-        assert "## Return of" in untrained and "tool_declare" in untrained and IM_BEGIN + "assistant" in untrained
+        assert "## Return of" in untrained and "tool_declare" in untrained and IM_ASSISTANT + "assistant" in untrained
+
+
+def test_thinking_mask_leaves_the_prompts_think_untrained(tmp_path, tool_rows, sft_thinking_tokenizer):
+    data = load_sft_data(_config(write_dataset(tool_rows[:6], tmp_path / "ds")), sft_thinking_tokenizer)
+    think = sft_thinking_tokenizer.convert_tokens_to_ids(THINK_BEGIN)
+    for example in data.train:
+        assert list(example.loss_mask) == _oracle_mask(list(example.input_ids), sft_thinking_tokenizer, thinking=True)
+        assert think in example.input_ids and think not in [
+            t for t, m in zip(example.input_ids, example.loss_mask) if m
+        ]
 
 
 def test_packed_labels_are_the_mask(tmp_path, tool_rows, sft_tokenizer):
@@ -240,8 +272,12 @@ def _two_exchange_row(row_id: str) -> dict:
 
 @pytest.mark.parametrize(("history", "examples"), [("split", 2), ("last_exchange", 1)])
 def test_reasoning_history_splits_exchanges_so_every_reasoning_is_trained_once(
-    tmp_path, sft_tokenizer, history, examples
+    tmp_path, sft_thinking_tokenizer, history, examples
 ):
+    """K2-Thinking hides reasoning up to the last assistant message without calls: the first exchange's answer (3)
+    hides both of its reasonings once the second answer (5) exists, so `split` trains that exchange in a row of its
+    own, ending at its answer."""
+    sft_tokenizer = sft_thinking_tokenizer
     cfg = SFTDataConfig(
         path=str(write_dataset([_two_exchange_row("r")], tmp_path / "d")), eval_fraction=0.0, reasoning_history=history
     )
@@ -261,3 +297,39 @@ def test_reasoning_history_splits_exchanges_so_every_reasoning_is_trained_once(
         assert trained(data.train[0]).count("the tool said 3") == 1 and "and doubled" not in sft_tokenizer.decode(
             list(data.train[0].input_ids)
         )
+
+
+def test_instruct_renders_no_reasoning_so_nothing_is_split(tmp_path, sft_tokenizer):
+    cfg = SFTDataConfig(path=str(write_dataset([_two_exchange_row("r")], tmp_path / "d")), eval_fraction=0.0)
+    (example,) = load_sft_data(cfg, sft_tokenizer).train
+    text = sft_tokenizer.decode(list(example.input_ids))
+    assert example.id == "r" and "<think>" not in text and "use add" not in text
+    assert sum(example.loss_mask) > 0
+
+
+@pytest.mark.parametrize(
+    ("roles", "ends"),
+    [
+        ("u a u a", [4]),  # plain answers, none with reasoning: nothing is hidden
+        ("u A u A", [2, 4]),
+        ("u C t A u A", [4, 6]),  # the tool loop's reasoning is hidden by its answer (3)
+        ("u C t u C t", [6]),  # a user interrupting a tool loop does not end it
+        ("u A u C t", [2, 5]),
+    ],
+)
+def test_exchange_ends_cut_after_each_answer_that_hides_reasoning(roles: str, ends: list[int]) -> None:
+    """u: user, a/A: plain answer without/with reasoning, C: call with reasoning, t: tool result."""
+    from k2post.chat.types import Message, ToolCall
+    from k2post.sft.data import exchange_ends
+
+    call = ToolCall(id="functions.f:0", name="f")
+    make = {
+        "u": lambda: Message(role="user", content="q"),
+        "a": lambda: Message(role="assistant", content="a"),
+        "A": lambda: Message(role="assistant", content="a", reasoning="r"),
+        "C": lambda: Message(role="assistant", reasoning="r", tool_calls=[call]),
+        "t": lambda: Message(role="tool", tool_call_id=call.id, content="x"),
+    }
+    messages = [make[role]() for role in roles.split()]
+    assert exchange_ends(messages, "thinking") == ends
+    assert exchange_ends(messages, "instruct") == [len(messages)]

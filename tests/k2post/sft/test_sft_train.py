@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from data_helpers import tool_use_rows, write_dataset
-from k2post.chat.template import CHAT_TEMPLATE_JINJA, render_ids
+from k2post.chat.template import CHAT_TEMPLATES, render_ids
 from k2post.chat.types import dialogue_from_openai
 from k2post.config.loader import validate_config
 from k2post.sft.config import SFTConfig
@@ -106,7 +106,7 @@ def test_final_dir_is_an_hf_model_with_the_k2_template(learn_run, tiny_qwen2_dir
     final = Path(cfg.run_dir) / "final"
     assert json.loads((final / "trainer_state.json").read_text())["step"] == STEPS
     tokenizer = AutoTokenizer.from_pretrained(final)
-    assert tokenizer.chat_template == CHAT_TEMPLATE_JINJA
+    assert tokenizer.chat_template == CHAT_TEMPLATES["instruct"]
     trained, initial = load_causal_lm(final), load_causal_lm(tiny_qwen2_dir)
     assert trained.config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
     moved = max(float((a - b).abs().max()) for a, b in zip(trained.parameters(), initial.parameters()))

@@ -230,7 +230,10 @@ def test_reasoning_trajectories_think_before_every_turn_and_train_in_sft(tmp_pat
                 assert call.name in message.reasoning  # it says what it calls ...
         after_tool = [m for prev, m in zip(messages, messages[1:]) if prev.role == "tool" and m.role == "assistant"]
         assert all("returned" in m.reasoning for m in after_tool)  # ... and reads what the tools said
+    from k2post.chat.template import CHAT_TEMPLATES
+
     tokenizer = load_tokenizer(tiny_qwen2_dir)
+    tokenizer.chat_template = CHAT_TEMPLATES["thinking"]  # reasoning is rendered (and trained) by thinking models
     data = load_sft_data(SFTDataConfig(path=str(tmp_path / "out" / "dataset"), eval_fraction=0.0), tokenizer)
     trained = tokenizer.decode([t for e in data.train for t, m in zip(e.input_ids, e.loss_mask) if m])
     assert trained.count("Next I call") == sum(
