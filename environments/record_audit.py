@@ -209,7 +209,7 @@ class RecordAuditEnv(MultiTurnEnvironment):
 
     @staticmethod
     def _result(call: ToolCall, text: str) -> Message:
-        return Message(role="tool", tool_call_id=call.id, content=text)
+        return Message(role="tool", tool_call_id=call.id, content=text, name=call.name)
 
     # --- scoring -----------------------------------------------------------------------------
 

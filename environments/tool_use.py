@@ -49,7 +49,7 @@ from k2post.toolsets.checks import (
 )
 from k2post.chat.parse import SOFT_ERRORS, ToolCallParseError, parse_assistant
 from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
-from k2post.chat.types import Message, ToolCall, ToolSpec, content_text, dump_json, format_call_id
+from k2post.chat.types import Message, ToolCall, ToolSpec, call_name, content_text, dump_json, format_call_id
 from k2post.envs.base import EnvConfig, MultiTurnEnvironment, Reward, Split, StepResult, Task
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import SPLITS, check_split
@@ -179,7 +179,7 @@ def _has_call_tokens(text: str) -> bool:
 
 
 def _error_message(call_id: str, text: str) -> Message:
-    return Message(role="tool", tool_call_id=call_id, content=text)
+    return Message(role="tool", tool_call_id=call_id, content=text, name=call_name(call_id))
 
 
 def _parse_error_messages(errors: list[ToolCallParseError], first_index: int) -> list[Message]:
@@ -395,7 +395,7 @@ class ToolUseEnv(MultiTurnEnvironment):
                 state.errors.append(result)
             else:
                 result = self._execute(state, call.model_copy(update={"id": call_id}))
-            messages.append(Message(role="tool", tool_call_id=call_id, content=result))
+            messages.append(Message(role="tool", tool_call_id=call_id, content=result, name=call.name))
         return messages
 
     def step(self, state: ToolUseState, assistant: Message | str | dict[str, Any]) -> StepResult:

@@ -36,7 +36,7 @@ from k2post.chat.tokens import (
     TOOL_CALLS_BEGIN,
     TOOL_CALLS_END,
 )
-from k2post.chat.types import Message, ToolCall, split_call_id
+from k2post.chat.types import Message, ToolCall, call_name, split_call_id
 
 ErrorKind = Literal[
     "bad_json",
@@ -79,7 +79,9 @@ class ToolCallParseError:
         """A tool-result message reporting this error for its call, or None without a call id."""
         if self.call_id is None:
             return None
-        return Message(role="tool", tool_call_id=self.call_id, content=f"Error: {self.message}")
+        return Message(
+            role="tool", tool_call_id=self.call_id, content=f"Error: {self.message}", name=call_name(self.call_id)
+        )
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,12 @@ def split_call_id(call_id: str) -> tuple[str, int] | None:
     return match.group("name"), int(match.group("index"))
 
 
+def call_name(call_id: str) -> str | None:
+    """The tool name of a K2 call id (what K2 writes in the header of the call's result), None for another id."""
+    parts = split_call_id(call_id)
+    return parts[0] if parts else None
+
+
 def content_text(content: Any) -> str:
     """OpenAI content (None, a string, or a list of parts) as plain text."""
     if content is None:

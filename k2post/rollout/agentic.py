@@ -212,7 +212,9 @@ def parse_error_messages(errors: Sequence[ToolCallParseError], first_index: int)
         message = error.to_tool_message()
         if message is None:
             call_id = format_call_id("invalid", first_index + offset)
-            message = Message(role="tool", tool_call_id=call_id, content=f"{ERROR_PREFIX}{error.message}")
+            message = Message(
+                role="tool", tool_call_id=call_id, content=f"{ERROR_PREFIX}{error.message}", name="invalid"
+            )
         messages.append(message)
     return messages
 

@@ -94,6 +94,7 @@ class RowMessage(_Schema):
     tool_calls: list[RowToolCall] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
+    name: str | None = None  # K2 heads a message with its name (a tool result: the function's) instead of the role
 
 
 class RowToolFunction(_Schema):

@@ -88,7 +88,7 @@ class SynthTaskEnv(MultiTurnEnvironment):
                     ok=not is_error(result),
                 )
             )
-            observations.append(Message(role="tool", tool_call_id=call.id, content=result))
+            observations.append(Message(role="tool", tool_call_id=call.id, content=result, name=call.name))
         return StepResult(observations=observations, done=False)
 
     def score_state(self, task: Task, state: dict[str, Any]) -> Reward:

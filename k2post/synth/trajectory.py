@@ -52,7 +52,7 @@ def _run_calls(tool_sim: ToolRole, message: Message, turn: int, traj: Trajectory
                 ok=not is_error(result),
             )
         )
-        traj.messages.append(Message(role="tool", tool_call_id=call.id, content=result))
+        traj.messages.append(Message(role="tool", tool_call_id=call.id, content=result, name=call.name))
 
 
 def _step(agent: AgentRole, user: UserRole, tool_sim: ToolRole, tools: list[ToolSpec], traj: Trajectory) -> bool:

@@ -107,6 +107,8 @@ def test_scripted_correct_episode_scores_one(template: str) -> None:
     for message in reference_messages(task):
         result = env.step(state, message)
         assert all(obs.role == "tool" and not obs.content.startswith("Error") for obs in result.observations)
+        calls = {call.id: call.name for call in message.tool_calls}
+        assert [obs.name for obs in result.observations] == [calls[obs.tool_call_id] for obs in result.observations]
     assert result.done and not state.truncated
     reward = env.score_state(task, state)
     assert reward.value == pytest.approx(1.0), reward
@@ -246,6 +248,7 @@ def test_calls_without_ids_get_k2_ids_and_call_limit_applies() -> None:
     calls = [ToolCall(id="", name="list_dir", arguments={}) for _ in range(3)]
     result = env.step(state, Message(role="assistant", tool_calls=calls))
     assert [obs.tool_call_id for obs in result.observations] == [f"functions.list_dir:{i}" for i in range(3)]
+    assert {obs.name for obs in result.observations} == {"list_dir"}  # K2 heads a result with its function's name
     assert "at most 2 tool calls" in result.observations[2].content and len(state.calls) == 2
 
 

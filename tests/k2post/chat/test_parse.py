@@ -173,7 +173,7 @@ def test_error_becomes_tool_message() -> None:
     (error,) = parsed.errors
     assert (error.call_index, error.call_id, error.raw) == (0, "functions.f:3", "{oops")
     message = error.to_tool_message()
-    assert message == Message(role="tool", tool_call_id="functions.f:3", content="Error: " + error.message)
+    assert message == Message(role="tool", tool_call_id="functions.f:3", content="Error: " + error.message, name="f")
     assert parse_assistant(_section(_call_text("nope", "{}"))).errors[0].to_tool_message() is None
 
 
