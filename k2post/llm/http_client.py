@@ -26,6 +26,7 @@ import httpx
 from pydantic import Field
 
 from k2post.chat.parse import parse_assistant
+from k2post.chat.tokens import THINK_BEGIN, THINK_END
 from k2post.chat.types import Message, ToolCall, ToolSpec
 from k2post.config.base import K2Config
 from k2post.llm.client import ChatResult, LLMClientError
@@ -78,6 +79,13 @@ def _first_choice(data: Any, what: str) -> dict[str, Any]:
     return choices[0]
 
 
+def opens_inside_reasoning(text: str) -> bool:
+    """Whether a reply began inside its reasoning: a thinking-format server's prompt ends with `<think>`, so its
+    text reads `reasoning</think>answer` (a `</think>` with no `<think>` before it)."""
+    end = text.find(THINK_END)
+    return end >= 0 and THINK_BEGIN not in text[:end]
+
+
 def message_from_choice(choice: dict[str, Any]) -> tuple[Message, str, list[str]]:
     """`(message, raw_text, parse_errors)` of a chat choice; text tool calls go to the K2 parser."""
     raw = choice.get("message")
@@ -93,7 +101,7 @@ def message_from_choice(choice: dict[str, Any]) -> tuple[Message, str, list[str]
         except (KeyError, TypeError, ValueError) as err:
             raise LLMClientError(f"chat completion: bad tool_calls: {err}") from err
         return Message(role="assistant", content=text, reasoning=reasoning, tool_calls=calls), text, []
-    parsed = parse_assistant(text)
+    parsed = parse_assistant(text, thinking=opens_inside_reasoning(text))
     message = parsed.to_message()
     if reasoning and message.reasoning is None:
         message = message.model_copy(update={"reasoning": reasoning})

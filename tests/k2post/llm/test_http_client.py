@@ -95,6 +95,20 @@ def test_k2_tool_call_tokens_in_text_are_parsed():
     assert result.message.tool_calls[0].arguments == {"city": "Paris"}
 
 
+@pytest.mark.parametrize(
+    "text, reasoning, content",
+    [
+        ("weigh it</think>Paris.", "weigh it", "Paris."),  # a thinking server: its prompt ended with <think>
+        ("<think>weigh it</think>Paris.", "weigh it", "Paris."),  # the model opened the block itself
+        ("Paris.", None, "Paris."),  # an instruct server
+    ],
+)
+def test_a_reply_that_began_inside_its_reasoning_is_read_as_reasoning(text, reasoning, content):
+    result = _client(Server(httpx.Response(200, json=_reply(text)))).chat_result(USER)
+    assert (result.message.reasoning, result.message.content.strip()) == (reasoning, content)
+    assert result.parse_errors == []
+
+
 def test_malformed_k2_tool_call_reports_parse_error_not_exception():
     text = f"{TOOL_CALLS_BEGIN}{TOOL_CALL_BEGIN}functions.f:0{TOOL_CALL_ARG_BEGIN}{{bad{TOOL_CALL_END}{TOOL_CALLS_END}"
     result = _client(Server(httpx.Response(200, json=_reply(text)))).chat_result(USER)
