@@ -134,9 +134,11 @@ def test_slow_setup_does_not_count_against_the_call_timeout(pool):
 
 
 def test_setup_timeout_is_reported():
-    with RewardPool(num_workers=1, timeout_s=TIMEOUT_S, setup_timeout_s=0.5) as small:
+    # the setup timeout also bounds the worker's start (a python process importing k2post): 0.5 s was under that on
+    # a loaded 2-core box ("reward workers failed to start"), so give it 3 s against a 30 s setup
+    with RewardPool(num_workers=1, timeout_s=TIMEOUT_S, setup_timeout_s=3.0) as small:
         reward = small.score(("toy_faulty", {"setup_delay_s": 30}, _task("toy_faulty"), "ok"))
-    assert reward.error == "environment setup timed out after 0.5s"
+    assert reward.error == "environment setup timed out after 3.0s"
 
 
 def test_multi_turn_items_replay_turns_and_score_states(pool):
@@ -196,11 +198,13 @@ def test_bad_pool_arguments():
         RewardPool(timeout_s=0)
 
 
-def test_math_verify_scores_in_workers(pool):
+def test_math_verify_scores_in_workers():
+    # math-verify's first use in a fresh worker imports sympy (> 1 s on a loaded box): its own pool, a 20 s limit
     task = _task("math")
-    rewards = pool.score_batch(
-        [("math", {}, task, f"So \\boxed{{{task.answer}}}"), ("math", {}, task, "\\boxed{\\frac{1}{0}}")]
-    )
+    with RewardPool(num_workers=1, timeout_s=20.0) as math_pool:
+        rewards = math_pool.score_batch(
+            [("math", {}, task, f"So \\boxed{{{task.answer}}}"), ("math", {}, task, "\\boxed{\\frac{1}{0}}")]
+        )
     assert rewards[0].value == 1.0 and rewards[0].error is None
     assert rewards[1].value == 0.0 and rewards[1].error is None
 
