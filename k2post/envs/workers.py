@@ -206,22 +206,23 @@ def _scorer_files(env: Environment) -> set[str]:
     return {os.path.abspath(f) for f in files if f and not os.path.abspath(f).startswith(core + os.sep)}
 
 
-def scorer_location(err: BaseException, env: Environment, item: ScoreItem) -> str | None:
+def scorer_location(err: BaseException, env: Environment, method: str) -> str | None:
     """`file:line` of the scorer: the traceback's last frame inside the env's own file(s), else (a bad return
-    value: the error is raised after the scorer returned) the line that defines the scoring method."""
+    value: the error is raised after the scorer returned) the line that defines the scoring `method`."""
     files = _scorer_files(env)
     frames = [f for f in traceback.extract_tb(err.__traceback__) if os.path.abspath(f.filename) in files]
     if frames:
         return f"{_shown_path(frames[-1].filename)}:{frames[-1].lineno}"
-    code = getattr(getattr(type(env), scorer_method(item), None), "__code__", None)
+    code = getattr(getattr(type(env), method, None), "__code__", None)
     if code is None or os.path.abspath(code.co_filename) not in files:
         return None
     return f"{_shown_path(code.co_filename)}:{code.co_firstlineno}"
 
 
-def scorer_error_text(err: BaseException, env: Environment | None, item: ScoreItem) -> str:
-    """`error_text(err)` followed by ` (at file:line)` of the scorer, when the env is known and it is found."""
-    where = scorer_location(err, env, item) if env is not None else None
+def scorer_error_text(err: BaseException, env: Environment | None, method: str) -> str:
+    """`error_text(err)` followed by ` (at file:line)` of the scorer (`method`: `score` or `score_state`), when the
+    env is known and it is found."""
+    where = scorer_location(err, env, method) if env is not None else None
     if where is None:
         return error_text(err)
     suffix = f" (at {where})"
@@ -339,7 +340,7 @@ class DirectScorer:
                 env, _ = self.envs.get(item.env, item.config)
                 return score_item(env, item)
         except Exception as err:  # junk output must not crash the caller; ScoreTimeout included
-            return failed(reward_floor(item.env), scorer_error_text(err, env, item))
+            return failed(reward_floor(item.env), scorer_error_text(err, env, scorer_method(item)))
 
     def score_batch(self, items: Iterable[ScoreItem | Sequence[Any]]) -> list[Reward]:
         start = time.perf_counter()
@@ -397,7 +398,7 @@ def _serve_one(conn: Connection, cache: EnvCache, request: tuple[int, ScoreItem,
     try:
         reward = score_item(env, item)
     except (Exception, SystemExit) as err:  # an env calling sys.exit is still just a bad score
-        reward = failed(hint.floor, scorer_error_text(err, env, item))
+        reward = failed(hint.floor, scorer_error_text(err, env, scorer_method(item)))
     _send(conn, ("done", seq, reward), hint.floor)
 
 

@@ -35,7 +35,7 @@ from k2post.chat.template import render_continuation_ids, render_ids, render_tra
 from k2post.chat.tokens import THINK_BEGIN, THINK_END
 from k2post.chat.types import Message, ToolSpec, format_call_id
 from k2post.envs.base import Environment, MultiTurnEnvironment, Reward, Task
-from k2post.envs.workers import check_reward, error_text
+from k2post.envs.workers import check_reward, scorer_error_text
 from k2post.rollout.config import AgenticRolloutConfig, SamplingConfig
 from k2post.rollout.context import elide_messages
 from k2post.rollout.routing_capture import merge_first
@@ -490,13 +490,15 @@ class AgenticRollout:
 def score_episode(env: Environment, episode: Episode) -> Reward:
     """The episode's reward; a scorer that raises, or returns a value outside the env's reward_range, gives the
     env's minimum reward with the error."""
+    method = "score_state" if isinstance(env, MultiTurnEnvironment) else "score"
+    scorer = f"{type(env).__name__}.{method}"
     try:
         if isinstance(env, MultiTurnEnvironment):
-            return check_reward(env.score_state(episode.task, episode.state), tuple(env.reward_range))
+            return check_reward(env.score_state(episode.task, episode.state), tuple(env.reward_range), scorer)
         final = episode.messages[-1].content if episode.messages and episode.messages[-1].role == "assistant" else ""
-        return check_reward(env.score(episode.task, final), tuple(env.reward_range))
+        return check_reward(env.score(episode.task, final), tuple(env.reward_range), scorer)
     except Exception as err:
-        return Reward(value=env.reward_range[0], error=error_text(err))
+        return Reward(value=env.reward_range[0], error=scorer_error_text(err, env, method))
 
 
 def episode_tool_stats(episode: Episode) -> dict[str, int]:

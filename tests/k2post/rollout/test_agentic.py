@@ -272,6 +272,7 @@ def test_score_episode_turns_scorer_crash_into_floor_reward(bank_env, bank_tasks
     )
     reward = score_episode(bank_env, episode)
     assert isinstance(reward, Reward) and reward.value == 0.0 and reward.error
+    assert "(at environments/tool_use.py:" in reward.error  # the first error line names the scorer's file:line
 
 
 @pytest.mark.parametrize("value, error", [(2.0, "outside the env's reward_range [0, 1]"), (1.0, None)])
