@@ -627,7 +627,12 @@ def main(argv: list[str] | None = None) -> int:
         rollout_child(args.rollout_child, n_prompts, new_tokens, args.repeats)
         return 0
     if args.smoke:
-        args.models, args.sft_seq_len, args.sft_rows, args.eval_n = ["tiny-qwen2"], 64, 8, 2
+        args.models, args.sft_seq_len, args.sft_rows, args.eval_n = (
+            ["tiny-qwen2"],
+            128,
+            8,
+            2,
+        )  # a row is ~72 tokens with K2's default system message
         args.prompts, args.samples, args.max_tokens, args.rollout_prompts, args.new_tokens = 2, 2, 4, 2, 4
     started = time.perf_counter()
     results = [run_model(flavor, args.out.absolute(), args) for flavor in args.models]
