@@ -62,10 +62,21 @@ def test_cli_serve_starts_and_sigterm_stops_the_server(tiny_qwen2_dir, tmp_path)
         assert httpx.get(base_url + "/models", timeout=10).json()["data"][0]["id"] == str(tiny_qwen2_dir)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30  # the command returns once it signalled the group; a loaded box reaps late
+        while _alive(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         with pytest.raises(ProcessLookupError):
             os.killpg(server_pid, 0)
     finally:
         _cleanup(process, server_pid)
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _cleanup(process: subprocess.Popen, server_pid: int | None) -> None:
