@@ -13,7 +13,9 @@ received tensors, and the request's path is never read (the id is already loaded
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,9 +44,6 @@ def cpu_lora_problem(model_dir: str) -> str | None:
     """Why vLLM's CPU build cannot serve LoRA adapters for this model (None: it can). A MoE model's LoRA layers
     run Triton kernels, which the CPU build lacks: tiny-k2 took an MLA adapter (every module mapped) and then
     failed its first generation ("triton.language has no attribute float32")."""
-    import json
-    from pathlib import Path
-
     config = json.loads((Path(model_dir) / "config.json").read_text())
     if config.get("n_routed_experts") or config.get("num_experts") or config.get("num_local_experts"):
         return (
