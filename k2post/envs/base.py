@@ -58,6 +58,20 @@ class Task(BaseModel):
     )
 
 
+Play = str | list[Message]
+"""One attempt at a task: a single-turn response, or a multi-turn env's assistant turns played in order (the
+episode ends when the env says done or the turns run out)."""
+
+
+class HonestPair(BaseModel):
+    """An honest-right and an honest-wrong attempt at one task (what every cheap strategy must score below)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    right: Play = Field(description="Solves the task as the env asks (the answer it wants, in its format).")
+    wrong: Play = Field(description="An on-task attempt in the env's format whose result is wrong.")
+
+
 class StepResult(BaseModel):
     """What a multi-turn environment returns after an assistant turn."""
 
@@ -94,6 +108,18 @@ class Environment(abc.ABC):
         """The steps that lead to `task`'s gold answer, as text (e.g. "7 - 3 = 4, 4 + 9 = 13"), or None when
         the environment cannot write them; SFT data synthesis renders it in a `{steps}` reply slot."""
         return None
+
+    def honest(self, task: Task) -> HonestPair | None:
+        """An honest-right and an honest-wrong answer to `task`, for the adversarial suite
+        (`k2post.envs.adversary`): right solves it; wrong is an on-task attempt in the expected format whose
+        result is wrong (a near-miss number, a plausible but unsupported claim). None: the env provides none,
+        and the suite cannot judge it."""
+        return None
+
+    def hacks(self, task: Task) -> dict[str, Play]:
+        """Cheap strategies particular to this env (named; e.g. "more_digits" for a critic), scored by the
+        adversarial suite beside its generic ones (empty, filler, copies, hedges, injections, ...)."""
+        return {}
 
     @abc.abstractmethod
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
