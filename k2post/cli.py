@@ -30,7 +30,7 @@ COMMANDS: dict[str, Command] = {
     "model": Command("model", "build and inspect models: `model init --flavor F --out DIR`, `flavors`, `stats`"),
     "config": Command("config", "`config show CONFIG [overrides]`: the validated config with every default"),
     "demo": Command("demo", "engine smoke check: tiny model chatting through vLLM, checked against transformers"),
-    "envs": Command("envs", "`envs list`, `envs test [NAME ...]`: environments and their golden reward tests"),
+    "envs": Command("envs", "`envs list`, `envs test [NAME ...]`: environments, golden reward tests, hack suite"),
     "serve": Command("serve", "serve a checkpoint with vLLM's OpenAI-compatible server"),
     "synth": Command("synth", "synthesize agentic SFT data (tasks with rubrics -> trajectories -> judge)"),
     "rephrase": Command("rephrase", "rephrase documents chunk by chunk in other styles, fidelity-checked (K2)"),

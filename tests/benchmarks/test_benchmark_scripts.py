@@ -28,6 +28,7 @@ CASES = {
     "muon_step.py": (["--smoke"], {"ours_s", "torch_s", "ratio", "ns_overhead_tiny", "ns_overhead_100m"}),
     "qk_clip_stress.py": (["--steps", "6"], {"muon_peak_logit", "muonclip_peak_logit", "tau"}),
     "reward_throughput.py": (["--quick"], {"direct_scores_per_s", "pool_scores_per_s", "workers"}),
+    "reward_hacks.py": (["--smoke"], {"gyms", "gyms_hackable", "gyms_not_judged", "worst_margin", "worst", "per_gym"}),
     "rl_consistency.py": (
         ["--quick"],
         {
@@ -76,6 +77,7 @@ TOGETHER = [
         "muon_step.py",
         "qk_clip_stress.py",
         "reward_throughput.py",
+        "reward_hacks.py",
         "rollout.py",
         "weight_sync.py",
         "sandbox_backends.py",

@@ -67,6 +67,7 @@ def test_own_golden_path_is_found_without_flag(installed):
     proc = _k2post("envs", "test", "echo_upper", path=[installed])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "k2post_example_env/golden/echo_upper.jsonl" in proc.stdout.replace("\n", "")
+    assert "echo_upper  adversarial suite (test, 3 tasks): PASS" in proc.stdout  # its honest() and hacks()
 
 
 def _fake_dist(root: Path, dist: str, ep_name: str) -> Path:
@@ -103,7 +104,7 @@ def test_entry_point_clashing_with_a_builtin_is_disabled_and_the_builtin_kept(tm
 
     builtin = next(n for n, c in registered_environments().items() if c.__module__.startswith("k2post_environments."))
     dupe = _fake_dist(tmp_path / "dupe", "clash-pkg", builtin)
-    proc = _k2post("envs", "test", builtin, path=[dupe])
+    proc = _k2post("envs", "test", builtin, "--no-hacks", path=[dupe])
     assert proc.returncode == 0, proc.stdout + proc.stderr  # the built-in's golden cases pass
     (warning,) = _disabled_lines(proc.stderr)
     assert (
@@ -115,7 +116,7 @@ def test_entry_point_clashing_with_a_builtin_is_disabled_and_the_builtin_kept(tm
 def test_a_broken_plugin_disables_itself_and_blocks_nothing(tmp_path):
     broken = _fake_dist(tmp_path / "broken", "broken-pkg", "broken_env")
     (broken / "dupe_env.py").write_text("raise ImportError('needs a library that is not installed')\n")
-    proc = _k2post("envs", "test", "math", path=[broken])
+    proc = _k2post("envs", "test", "math", "--no-hacks", path=[broken])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (warning,) = _disabled_lines(proc.stderr)
     assert "entry point 'broken_env' (dupe_env:Clone, from broken-pkg) failed to load: ImportError: needs a" in warning
