@@ -23,6 +23,7 @@ import shutil
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from k2post.command import command_parser, run_command
 
@@ -55,7 +56,7 @@ def _golden(args: argparse.Namespace, console: Console) -> int:
 
     targets = golden_targets(args.names, args.golden, missing_ok=not args.no_hacks)
     for name in sorted(set(args.names) - {name for name, _ in targets}):
-        console.print(f"{name}: no golden file (pass --golden PATH): only the adversarial suite runs")
+        console.print(f"{escape(name)}: no golden file (pass --golden PATH): only the adversarial suite runs")
     if not targets:
         if not args.names:
             console.print("no golden files found (built-ins: environments/golden/<name>.jsonl)")
@@ -99,16 +100,23 @@ def _suite_one(name: str, args: argparse.Namespace, console: Console) -> str:
     from k2post.envs.adversary import run_suite
     from k2post.envs.registry import make_environment
     from k2post.envs.report import adversary_table
+    from k2post.envs.workers import error_text
 
-    env = make_environment(name)
+    try:
+        env = make_environment(name)
+    except Exception as err:  # one unbuildable plug-in must not stop the others
+        console.print(
+            f"{escape(name)}: not judged (cannot build it with its default config: {escape(error_text(err))})"
+        )
+        return "not judged"
     split = _suite_split(env, args.split, console)
     report = run_suite(env, n_tasks=args.hack_tasks, split=split)
     if not report.judged:
-        console.print(f"{name}: not judged ({report.not_judged})")
+        console.print(f"{escape(name)}: not judged ({escape(report.not_judged)})")
         return report.verdict
     console.print(adversary_table(report))
     for line in report.gym_failures():
-        console.print(f"  [red]FAIL[/red] {name}: {line}")
+        console.print(f"  [red]FAIL[/red] {escape(name)}: {escape(line)}")
     return report.verdict
 
 
@@ -117,7 +125,7 @@ def _suite_split(env: Any, split: str, console: Console) -> str:
     try:
         next(iter(env.tasks(split, seed=0, n=1)), None)
     except ValueError:
-        console.print(f"{env.name}: no {split!r} split; the adversarial suite uses 'train'")
+        console.print(f"{escape(env.name)}: no {escape(repr(split))} split; the adversarial suite uses 'train'")
         return "train"
     return split
 

@@ -358,7 +358,7 @@ class GymReport:
         problems = list(self.broken)
         honest = (self.right, self.wrong)
         problems += [f"{r.name}: scoring error on {len(r.errors)} task(s): {r.errors[0]}" for r in honest if r.errors]
-        if not self.right.mean > self.wrong.mean + EPS:
+        if self.tasks and not self.right.mean > self.wrong.mean + EPS:
             problems.append(f"honest_right mean {self.right.mean:.3f} is not above honest_wrong {self.wrong.mean:.3f}")
         return problems
 
@@ -439,9 +439,14 @@ def run_suite(
     env: Environment, n_tasks: int = 8, split: str = "test", timeout_s: float = ATTEMPT_TIMEOUT_S
 ) -> GymReport:
     """Score honest-right, honest-wrong and every strategy on `n_tasks` tasks of `split`; the GymReport. An env's
-    `honest`/`hacks` that raises is recorded (`broken`: the gym fails), never raised."""
+    `tasks`/`honest`/`hacks` that raises is recorded (`broken`: the gym fails), never raised."""
     report = GymReport(env=env.name, split=split)
-    for task in suite_tasks(env, split, n_tasks):
+    try:
+        tasks = suite_tasks(env, split, n_tasks)
+    except Exception as err:  # a gym that cannot hand out tasks fails, in one line
+        report.broken.append(f"tasks({split!r}) raised: {error_text(err)}")
+        return report
+    for task in tasks:
         try:
             honest = env.honest(task)
             plays = None if honest is None else strategies_for(env, task, honest)

@@ -16,6 +16,7 @@ import math
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from k2post.envs.adversary import GymReport, StrategyResult, strategy_failures
@@ -83,14 +84,15 @@ def _fmt(value: float | None) -> str:
 
 
 def results_table(name: str, path: Path, results: list[CaseResult]) -> Table:
-    """One row per case: id, PASS/FAIL, got, expected, diff, what went wrong."""
+    """One row per case: id, PASS/FAIL, got, expected, diff, what went wrong (error texts carry model output:
+    shown as text, never as rich markup)."""
     table = Table(title=f"{name}  ({path})", title_justify="left")
     for column in ("case", "status", "got", "expected", "diff", "detail / error"):
         table.add_column(column, overflow="fold")
     for r in results:
         status = "[green]PASS[/green]" if r.passed else "[red]FAIL[/red]"
         detail = "; ".join(part for part in (r.detail, r.error or "") if part)
-        table.add_row(r.id, status, _fmt(r.got), _fmt(r.expected), _fmt(r.diff), detail)
+        table.add_row(escape(r.id), status, _fmt(r.got), _fmt(r.expected), _fmt(r.diff), escape(detail))
     return table
 
 
@@ -101,14 +103,14 @@ def _score(value: float) -> str:
 def _strategy_row(result: StrategyResult, margin: str, status: str) -> list[str]:
     count = len(result.values)
     above = f"{result.above_right}/{count}" if count else "—"
-    errors = f"{len(result.errors)}: {result.errors[0]}" if result.errors else "0"
-    return [result.name, _score(result.mean), _score(result.max), above, errors, margin, status]
+    errors = f"{len(result.errors)}: {escape(result.errors[0])}" if result.errors else "0"
+    return [escape(result.name), _score(result.mean), _score(result.max), above, errors, margin, status]
 
 
 def adversary_table(report: GymReport) -> Table:
     """The suite's table for one gym: honest-right, honest-wrong, then every strategy, best-paying first, with
     mean, max, tasks above honest-right, errors, margin over honest-wrong and PASS/FAIL per row."""
-    title = f"{report.env}  adversarial suite ({report.split}, {report.tasks} tasks): {report.verdict}"
+    title = f"{escape(report.env)}  adversarial suite ({report.split}, {report.tasks} tasks): {report.verdict}"
     table = Table(title=title, title_justify="left")
     for column in ("strategy", "mean", "max", "> right", "errors", "margin", "status"):
         table.add_column(column, overflow="fold")
@@ -129,12 +131,12 @@ def suite_table(reports: list[GymReport]) -> Table:
     for report in reports:
         worst = report.worst() if report.judged else None
         if worst is None:
-            table.add_row(report.env, report.verdict, "—", "—", "—", "—", "—", str(report.tasks))
+            table.add_row(escape(report.env), report.verdict, "—", "—", "—", "—", "—", str(report.tasks))
             continue
         name, margin = worst
         hack = report.strategies[name].mean
         cells = [_score(hack), _score(report.wrong.mean), _score(report.right.mean), f"{margin:+.3f}"]
-        table.add_row(report.env, _verdict_markup(report), name, *cells, str(report.tasks))
+        table.add_row(escape(report.env), _verdict_markup(report), escape(name), *cells, str(report.tasks))
     return table
 
 

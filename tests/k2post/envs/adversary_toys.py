@@ -72,6 +72,20 @@ class ToyFragile(ToyExact):
         return super().score(task, response)
 
 
+class ToyMarkup(ToyExact):
+    """Its errors and hack names carry rich-markup-like text (model output often does): shown as text."""
+
+    name = "adv_toy_markup"
+
+    def score(self, task: Task, response: str) -> Reward:
+        if not response:
+            raise ValueError("closing tag [/red] and [bold]x[/bold] in the reply")
+        return super().score(task, response)
+
+    def hacks(self, task: Task) -> dict[str, str]:
+        return {"[/b]tag": "x"}
+
+
 class ToyOwnHack(ToyExact):
     """Pays a reply that shouts the word: only the env's own `hacks` tries that."""
 

@@ -160,6 +160,15 @@ def test_honest_that_raises_is_a_failure_not_a_traceback():
     assert report.verdict == "FAIL" and report.failures()[0].startswith("honest()/hacks() raised on task test-0")
 
 
+def test_tasks_that_raise_fail_the_gym_in_one_line():
+    class NoTasks(ToyExact):
+        def tasks(self, split="train", seed=0, n=None):
+            raise OSError("data file missing")
+
+    report = run_suite(NoTasks(), n_tasks=2)
+    assert report.verdict == "FAIL" and report.failures() == ["tasks('test') raised: OSError: data file missing"]
+
+
 def test_an_attempt_is_bounded_and_its_error_recorded():
     class Slow(ToyExact):
         def score(self, task, response):

@@ -100,3 +100,37 @@ def test_no_names_runs_the_suite_on_every_registered_env(capsys, monkeypatch):
 def test_hack_tasks_must_be_a_positive_integer(capsys, value):
     assert main(["envs", "test", "--hack-tasks", value]) == 2
     assert "--hack-tasks" in capsys.readouterr().err
+
+
+UNBUILDABLE = """
+from k2post.envs import Environment
+
+
+class NeedsSetup(Environment):
+    name = "adv_needs_setup"
+    task_type = "toy"
+
+    def __init__(self, config=None):
+        raise RuntimeError("set MY_ENV_DATA first")
+
+    def tasks(self, split="train", seed=0, n=None):
+        return iter(())
+
+    def score(self, task, response):
+        return 0.0
+"""
+
+
+def test_an_env_that_cannot_be_built_is_one_line_and_the_others_still_run(capsys, tmp_path):
+    (tmp_path / "needs_setup.py").write_text(UNBUILDABLE)
+    assert main(["envs", "test", f"{tmp_path / 'needs_setup.py'}:NeedsSetup", f"{TOYS}:ToyExact"]) == 0
+    out = capsys.readouterr().out
+    assert "adv_needs_setup: not judged (cannot build it with its default config: RuntimeError: set MY_ENV_DATA" in out
+    assert "adversarial suite: 2 environment(s), 1 passed, 0 failed, 1 not judged" in out
+
+
+def test_error_texts_and_hack_names_are_shown_as_text_not_markup(capsys):
+    assert main(["envs", "test", f"{TOYS}:ToyMarkup", "--hack-tasks", "2"]) == 1
+    rows = _rows(capsys.readouterr().out)
+    assert rows["empty"][4] == "2: ValueError: closing tag [/red] and [bold]x[/bold] in the reply"
+    assert rows["[/b]tag"][-1] == "PASS"
