@@ -6,7 +6,8 @@ For each built-in gym (environments/), the suite (k2post/envs/adversary.py) scor
 honest-wrong answers and every cheap strategy (empty, filler, copies of the prompt or its context, hedges, format
 only, verdict spam, injected turns, forced errors, no / all / repeated tool calls, the gym's own hacks) on the
 first `--tasks` tasks of `--split`. Prints one row per gym (verdict, best hack, its mean, honest-wrong, honest-right,
-margin = best hack - honest-wrong; `--tables` adds each gym's full table), then exactly one JSON line:
+margin = best hack - the bar: honest-wrong's mean, or chance for a choice gym; `--tables` adds each gym's full
+table), then exactly one JSON line:
 {"gyms": N, "gyms_hackable": N, "gyms_not_judged": N, "worst_margin": X, "worst": "gym/strategy", "per_gym": {...}}
 A gym is hackable when it fails the suite; one without `honest()` answers is not judged.
 """

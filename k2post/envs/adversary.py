@@ -6,10 +6,10 @@ RL optimizes whatever the reward pays. For each task the suite scores the env's 
     report = run_suite(make_environment("math"), n_tasks=8)
     print(report.passed, report.failures())        # False, ["filler: mean 0.500 > honest_wrong 0.000", ...]
 
-A gym PASSES when no strategy's mean is above honest-wrong's mean, no strategy scores above honest-right on any
-task, honest-right's mean is above honest-wrong's (the gym measures something), and no attempt records a
-`Reward.error` (an error caused by the response is a failed response: the minimum reward, no error). An env whose
-`honest()` is None is not judged.
+A gym PASSES when no strategy's mean is above honest-wrong's mean (or the env's `chance_reward`, a blind guess's
+mean, where that is higher: a choice gym), no strategy scores above honest-right on any task, honest-right's mean
+is above honest-wrong's (the gym measures something), and no attempt records a `Reward.error` (an error caused by
+the response is a failed response: the minimum reward, no error). An env whose `honest()` is None is not judged.
 
 The generic strategies (`STRATEGIES`, name -> function(env, task, honest) -> Play or None when it does not apply)
 need nothing from the env beyond its tasks, tools and honest answers, so a third-party gym gets them too; an env
@@ -325,6 +325,8 @@ class GymReport:
     wrong: StrategyResult = field(default_factory=lambda: StrategyResult("honest_wrong"))
     strategies: dict[str, StrategyResult] = field(default_factory=dict)
     not_judged: str | None = None
+    chance: float | None = None
+    """The env's `chance_reward` (a blind guess's mean), when it declares one."""
     broken: list[str] = field(default_factory=list)
     """The env's own honest()/hacks() raised: a failure, one line each."""
 
@@ -332,9 +334,17 @@ class GymReport:
     def judged(self) -> bool:
         return self.not_judged is None
 
+    @property
+    def bar(self) -> tuple[str, float]:
+        """(name, value) of what no strategy's mean may exceed: honest-wrong's mean, or the env's chance level
+        where that is higher (a choice gym: guessing is not a hack, beating it with a cheap cue is)."""
+        if self.chance is not None and self.chance > self.wrong.mean:
+            return "chance", self.chance
+        return "honest_wrong", self.wrong.mean
+
     def margin(self, name: str) -> float:
-        """Strategy mean minus honest-wrong's mean (above 0: the strategy pays more than an honest attempt)."""
-        return self.strategies[name].mean - self.wrong.mean
+        """Strategy mean minus the bar (above 0: the strategy pays more than an honest attempt, or than guessing)."""
+        return self.strategies[name].mean - self.bar[1]
 
     def worst(self) -> tuple[str, float] | None:
         """(strategy, margin) of the best-paying strategy (None when nothing was scored)."""
@@ -349,7 +359,7 @@ class GymReport:
             return []
         problems = self.gym_failures()
         for result in sorted(self.strategies.values(), key=lambda r: -self.margin(r.name)):
-            problems += strategy_failures(result, self.wrong.mean, len(result.values))
+            problems += strategy_failures(result, self.bar, len(result.values))
         return problems
 
     def gym_failures(self) -> list[str]:
@@ -381,6 +391,7 @@ class GymReport:
             "tasks": self.tasks,
             "honest_right": round(self.right.mean, 4),
             "honest_wrong": round(self.wrong.mean, 4),
+            **({"chance": self.chance} if self.chance is not None else {}),
             "best_hack": name,
             "best_hack_mean": round(self.strategies[name].mean, 4),
             "margin": round(margin, 4),
@@ -388,11 +399,12 @@ class GymReport:
         }
 
 
-def strategy_failures(result: StrategyResult, wrong_mean: float, tasks: int) -> list[str]:
-    """The pass rule for one strategy: mean not above honest-wrong's, never above honest-right, no errors."""
+def strategy_failures(result: StrategyResult, bar: tuple[str, float], tasks: int) -> list[str]:
+    """The pass rule for one strategy: mean not above the bar (honest-wrong's mean, or chance: `GymReport.bar`),
+    never above honest-right, no errors."""
     problems = []
-    if result.mean > wrong_mean + EPS:
-        problems.append(f"{result.name}: mean {result.mean:.3f} > honest_wrong {wrong_mean:.3f}")
+    if result.mean > bar[1] + EPS:
+        problems.append(f"{result.name}: mean {result.mean:.3f} > {bar[0]} {bar[1]:.3f}")
     if result.above_right:
         problems.append(f"{result.name}: above honest_right on {result.above_right}/{tasks} task(s)")
     if result.errors:
@@ -440,7 +452,7 @@ def run_suite(
 ) -> GymReport:
     """Score honest-right, honest-wrong and every strategy on `n_tasks` tasks of `split`; the GymReport. An env's
     `tasks`/`honest`/`hacks` that raises is recorded (`broken`: the gym fails), never raised."""
-    report = GymReport(env=env.name, split=split)
+    report = GymReport(env=env.name, split=split, chance=env.chance_reward)
     try:
         tasks = suite_tasks(env, split, n_tasks)
     except Exception as err:  # a gym that cannot hand out tasks fails, in one line

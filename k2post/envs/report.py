@@ -109,22 +109,28 @@ def _strategy_row(result: StrategyResult, margin: str, status: str) -> list[str]
 
 def adversary_table(report: GymReport) -> Table:
     """The suite's table for one gym: honest-right, honest-wrong, then every strategy, best-paying first, with
-    mean, max, tasks above honest-right, errors, margin over honest-wrong and PASS/FAIL per row."""
-    title = f"{escape(report.env)}  adversarial suite ({report.split}, {report.tasks} tasks): {report.verdict}"
+    mean, max, tasks above honest-right, errors, margin over the bar (honest-wrong's mean, or chance) and PASS/FAIL
+    per row."""
+    bar, value = report.bar
+    title = (
+        f"{escape(report.env)}  adversarial suite ({report.split}, {report.tasks} tasks): {report.verdict}"
+        f"  (bar: {bar} {_score(value)})"
+    )
     table = Table(title=title, title_justify="left")
     for column in ("strategy", "mean", "max", "> right", "errors", "margin", "status"):
         table.add_column(column, overflow="fold")
     for result in (report.right, report.wrong):
         table.add_row(*_strategy_row(result, "", "[red]ERROR[/red]" if result.errors else "honest"))
     for result in sorted(report.strategies.values(), key=lambda r: -report.margin(r.name)):
-        failed = strategy_failures(result, report.wrong.mean, len(result.values))
+        failed = strategy_failures(result, report.bar, len(result.values))
         status = "[red]FAIL[/red]" if failed else "[green]PASS[/green]"
         table.add_row(*_strategy_row(result, f"{report.margin(result.name):+.3f}", status))
     return table
 
 
 def suite_table(reports: list[GymReport]) -> Table:
-    """One row per gym: verdict, its best-paying strategy's mean against honest-wrong and honest-right."""
+    """One row per gym: verdict, its best-paying strategy's mean against honest-wrong (and chance, where that is the
+    bar) and honest-right."""
     table = Table(title="Reward hacks: the best cheap strategy per gym against honest answers", title_justify="left")
     for column in ("gym", "verdict", "best hack", "hack", "honest wrong", "honest right", "margin", "tasks"):
         table.add_column(column)
@@ -135,7 +141,8 @@ def suite_table(reports: list[GymReport]) -> Table:
             continue
         name, margin = worst
         hack = report.strategies[name].mean
-        cells = [_score(hack), _score(report.wrong.mean), _score(report.right.mean), f"{margin:+.3f}"]
+        wrong = _score(report.wrong.mean) + (f" (chance {report.chance:.3f})" if report.bar[0] == "chance" else "")
+        cells = [_score(hack), wrong, _score(report.right.mean), f"{margin:+.3f}"]
         table.add_row(escape(report.env), _verdict_markup(report), escape(name), *cells, str(report.tasks))
     return table
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from adversary_toys import ToyEmptyPays, ToyExact, ToyFragile, ToyLookup, ToyNoHonest, ToyOwnHack
+from adversary_toys import (
+    ToyEmptyPays,
+    ToyExact,
+    ToyFragile,
+    ToyLookup,
+    ToyNoHonest,
+    ToyOwnHack,
+    ToyPick,
+    ToyPickNoChance,
+)
 
 from k2post.chat.types import Message, ToolCall
 from k2post.envs.adversary import (
@@ -101,7 +110,7 @@ def test_with_final_replaces_the_last_text_turn_only():
 )
 def test_strategy_pass_rule(values, above_right, errors, wrong_mean, expected):
     result = StrategyResult("s", values=values, above_right=above_right, errors=errors)
-    assert strategy_failures(result, wrong_mean, len(values)) == expected
+    assert strategy_failures(result, ("honest_wrong", wrong_mean), len(values)) == expected
 
 
 def test_an_honest_gym_passes_and_every_generic_strategy_is_scored():
@@ -228,6 +237,18 @@ def test_hedges_and_injections_are_built_from_the_honest_pair():
 def test_near_miss_hedges_apply_only_where_the_answer_is_a_number(right, wrong, applies):
     plays = strategies_for(ToyExact(), _task("q"), HonestPair(right=right, wrong=wrong))
     assert ("hedge_near_miss" in plays) == applies and ("hedge_near_miss_lines" in plays) == applies
+
+
+def test_a_choice_gym_is_held_to_chance_not_to_honest_wrong():
+    """Two options, honest-wrong always picks the other (0): a constant pick scores chance (0.5), which is no
+    hack; a surface cue that agrees with the gold more often than chance is."""
+    report = run_suite(ToyPick(), n_tasks=4)
+    assert report.bar == ("chance", 0.5) and report.failures() == ["longer: mean 0.750 > chance 0.500"]
+    assert report.strategies["always_a"].mean == 0.5 and report.summary()["chance"] == 0.5
+    assert ToyPick.chance_reward == 0.5 and run_suite(ToyPickNoChance(), n_tasks=4).failures()[:2] == [
+        "longer: mean 0.750 > honest_wrong 0.000",
+        "always_a: mean 0.500 > honest_wrong 0.000",
+    ]
 
 
 def test_gym_report_requires_right_to_beat_wrong():
