@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from k2post.command import command_parser, run_command
+from k2post.envs.splits import SPLITS
 
 
 def _console() -> Console:
@@ -160,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="tasks per env in the adversarial suite (default 8)",
     )
     test.add_argument(
-        "--split", default="test", help="split the adversarial suite draws tasks from (default test; train if absent)"
+        "--split",
+        default="test",
+        choices=SPLITS,
+        help="split the adversarial suite draws tasks from (default test; train where the env lacks it)",
     )
     test.set_defaults(func=_test)
     return parser

@@ -96,10 +96,17 @@ def test_no_names_runs_the_suite_on_every_registered_env(capsys, monkeypatch):
     assert "adversarial suite: 2 environment(s), 1 passed, 1 failed, 0 not judged" in out
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "x"])
-def test_hack_tasks_must_be_a_positive_integer(capsys, value):
-    assert main(["envs", "test", "--hack-tasks", value]) == 2
-    assert "--hack-tasks" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    "args", [["--hack-tasks", "0"], ["--hack-tasks", "-3"], ["--hack-tasks", "x"], ["--split", "nope"]]
+)
+def test_bad_suite_flags_exit_2_naming_the_flag(capsys, args):
+    assert main(["envs", "test", *args]) == 2
+    assert args[0] in capsys.readouterr().err
+
+
+def test_dev_split_is_used_when_asked(capsys):
+    assert main(["envs", "test", "adversary_toys:ToyLookup", "--split", "dev", "--hack-tasks", "2"]) == 1
+    assert "adv_toy_lookup  adversarial suite (dev, 2 tasks): FAIL" in capsys.readouterr().out
 
 
 UNBUILDABLE = """
