@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-IF_CONFIG = {"max_constraints": 1, "constraint_kinds": ["lowercase"], "test_size": 8, "dev_size": 8}
+# require_answer off: the two fixed replies answer no request; only the lowercase rule decides their reward
+IF_CONFIG = {
+    "max_constraints": 1,
+    "constraint_kinds": ["lowercase"],
+    "test_size": 8,
+    "dev_size": 8,
+    "require_answer": False,
+}
 REPLIES = ["all in lowercase here.", "Not In Lowercase Here."]  # the policy says either, about half the time each
 
 

@@ -48,7 +48,8 @@ def _config(run_dir: Path, model_dir: Path, ray_tmp: Path, **overrides) -> dict:
         "run_dir": str(run_dir),
         "seed": 0,
         "model": {"path": str(model_dir), "flavor": None},
-        "envs": [{"name": "instruction_following", "config": {"max_constraints": 2}}],
+        # require_answer off: an untrained tiny model answers no request, and rules alone give its groups mixed rewards
+        "envs": [{"name": "instruction_following", "config": {"max_constraints": 2, "require_answer": False}}],
         "rollout": {
             "replicas": 1,
             "prompts_per_iteration": 4,
