@@ -13,7 +13,8 @@ and `rl` in child processes as always: benchmarks/_k2post_cli.py): the test suit
 end and ends with its JSON line; its figures mean nothing.
 
 `--pair-kind reference` (default; the steps below): the judge tells a correct math answer from a wrong number.
-`--pair-kind malformed`: the judge tells a correct answer from a malformed one (no readable answer), in the compact
+`--pair-kind malformed`: the judge tells a correct answer from a malformed one (no readable answer: separable by a
+surface cue, the best single feature agrees 1.0; kept to compare with the older demo), in the compact
 judge prompt; SFT gets `--judge-rows` such judging rows (critic_calibration train tasks answered with the verifier's
 verdict) instead of math judging rows, held-out pairs are critic_calibration's test-split reference pairs (no
 sampling), and nothing is harvested (on-policy pairs would be correct-vs-wrong-number pairs, the other kind).
@@ -28,10 +29,13 @@ sampling), and nothing is harvested (on-policy pairs would be correct-vs-wrong-n
    grows with on-policy pairs harvested from the run's own math groups), in-loop eval every `--eval-every`;
 5. after: the same two evals on the RL model.
 A critic that always says A, or guesses, agrees 0.5 (the correct answer's position is a seeded coin); the exact
-figure for the held-out pairs is `position_prior` (the share of them with the correct answer at A).
+figure for the held-out pairs is `position_prior` (the share of them with the correct answer at A), and
+`surface_baseline` is the best single-feature judge on them (`surface_feature`: more digits, longer, shorter, always
+A/B, larger number, even answer, the prompt's most frequent number, ...; `critic_calibration.best_surface_baseline`):
+a critic's agreement means something only above both.
 Prints a table, then one JSON line:
-{"agreement_before": .., "agreement_after": .., "position_prior": .., "math_before": .., "math_after": ..,
- "pairs": .., ...}
+{"agreement_before": .., "agreement_after": .., "position_prior": .., "surface_baseline": .., "surface_feature": ..,
+ "math_before": .., "math_after": .., "pairs": .., ...}
 """
 
 from __future__ import annotations
@@ -249,11 +253,32 @@ def position_prior(config: Path, n: int) -> tuple[float, int]:
     return (sum(a == "A" for a in answers) / len(answers) if answers else 0.0), len(answers)
 
 
+def surface_baseline(config: Path, n: int) -> tuple[str, float]:
+    """(name, agreement) of the best single-feature judge (more digits, longer, always A, larger number, ...) on the
+    held-out judge tasks `k2post eval` draws: the figure beside every agreement (a critic at or below it may be
+    reading a surface cue, not checking the answer)."""
+    import yaml
+
+    from k2post.envs.registry import make_environment
+    from k2post.evaluation.heldout import draw_tasks
+    from k2post_environments.critic_calibration import best_surface_baseline
+
+    entry = next(e for e in yaml.safe_load(config.read_text())["envs"] if e["name"] == "critic_calibration")
+    return best_surface_baseline(draw_tasks(make_environment("critic_calibration", entry["config"]), "test", n, seed=0))
+
+
 def print_table(
-    before: dict[str, Any], after: dict[str, Any], curve: list[tuple[int, float]], harvested: int, prior: float
+    before: dict[str, Any],
+    after: dict[str, Any],
+    curve: list[tuple[int, float]],
+    harvested: int,
+    prior: float,
+    surface: tuple[str, float],
 ) -> None:
     print(f"{'held-out (greedy)':<34}{'before RL':>10}{'after RL':>10}")
     print(f"{'position prior (always [[A]])':<34}{prior:>10.3f}{prior:>10.3f}")
+    label = f"best single feature ({surface[0]})"
+    print(f"{label[:33]:<34}{surface[1]:>10.3f}{surface[1]:>10.3f}")
     for env, label in (("critic_calibration", "critic agreement with verifier"), ("math", "math accuracy (actor)")):
         print(f"{label:<34}{before[env]['accuracy']:>10.3f}{after[env]['accuracy']:>10.3f}")
     print(f"in-loop agreement by iteration: {curve}; on-policy judge tasks harvested: {harvested}")
@@ -272,6 +297,7 @@ def demo_figures(runs: Path, seeds: list[int]) -> dict[str, Any]:
             raise SystemExit(f"{run / 'report.json'}: no critic_calibration env in this demo run")
         pair = report["envs"]["critic_calibration"]
         at_a, _ = position_prior(run / "rl_config.yaml", pair["before"]["n"])
+        feature, best = surface_baseline(run / "rl_config.yaml", pair["before"]["n"])
         rows.append(
             {
                 "seed": seed,
@@ -279,24 +305,29 @@ def demo_figures(runs: Path, seeds: list[int]) -> dict[str, Any]:
                 "after": pair["after"]["accuracy"],
                 "at_a": at_a,
                 "prior": max(at_a, 1 - at_a),
+                "baseline": best,
+                "baseline_feature": feature,
                 "n": pair["before"]["n"],
             }
         )
-    print(f"{'seed':<6}{'always A':>10}{'always B':>10}{'before RL':>11}{'after RL':>10}{'pairs':>7}")
+    print(
+        f"{'seed':<6}{'always A':>10}{'always B':>10}{'best feature':>14}{'before RL':>11}{'after RL':>10}{'pairs':>7}"
+    )
     for row in rows:
         print(
-            f"{row['seed']:<6}{row['at_a']:>10.3f}{1 - row['at_a']:>10.3f}"
+            f"{row['seed']:<6}{row['at_a']:>10.3f}{1 - row['at_a']:>10.3f}{row['baseline']:>14.3f}"
             f"{row['before']:>11.3f}{row['after']:>10.3f}{row['n']:>7}"
         )
-    mean = {key: statistics.fmean(row[key] for row in rows) for key in ("before", "after", "prior")}
+    mean = {key: statistics.fmean(row[key] for row in rows) for key in ("before", "after", "prior", "baseline")}
     return {
         "seeds": seeds,
         "agreement_before": mean["before"],
         "agreement_after": mean["after"],
         "position_prior": mean["prior"],
+        "surface_baseline": mean["baseline"],
         "gain_over_start_min": min(row["after"] - row["before"] for row in rows),
         "gain_over_prior_min": min(row["after"] - row["prior"] for row in rows),
-        "pair_kind": "malformed (demo)",
+        "pair_kind": "the demo's (configs/rl_demo.yaml)",
         "per_seed": rows,
     }
 
@@ -385,7 +416,8 @@ def main() -> None:
     ]
     harvested = int(rows[-1].get("calibration/harvested_tasks", 0))
     prior, n_prior = position_prior(config, args.eval_n)
-    print_table(before, after, curve, harvested, prior)
+    surface = surface_baseline(config, args.eval_n)
+    print_table(before, after, curve, harvested, prior, surface)
     pairs = len(heldout.read_text().splitlines()) if heldout else n_prior
     print(
         json.dumps(
@@ -393,6 +425,8 @@ def main() -> None:
                 "agreement_before": before["critic_calibration"]["accuracy"],
                 "agreement_after": after["critic_calibration"]["accuracy"],
                 "position_prior": round(prior, 4),
+                "surface_baseline": round(surface[1], 4),
+                "surface_feature": surface[0],
                 "pair_kind": args.pair_kind,
                 "math_before": before["math"]["accuracy"],
                 "math_after": after["math"]["accuracy"],

@@ -8,7 +8,8 @@ seed's report is reused (delete its folder to redo it); `--summarize-only` reads
 Prints per seed and environment the test-split accuracy before and after RL (and the shifted sets'), then the
 mean +- std over seeds, and one JSON line:
 {"seeds": [..], "gain_mean": .., "gain_std": .., "gain_min": .., "shifted_gain_mean": .., "tool_sft_acc": ..,
- "tool_gain_mean": .., "critic_agreement_before": .., "critic_agreement_after": .., "test_tasks_min": ..,
+ "tool_gain_mean": .., "critic_agreement_before": .., "critic_agreement_after": .., "critic_baseline_best": ..,
+ "test_tasks_min": ..,
  "demo_minutes": ..}
 `gain_*` is the gain of the mean over the RL environments (test split); `gain_min` the worst seed's.
 """
@@ -86,6 +87,7 @@ def summarize(seeds: list[int], reports: list[dict[str, Any]]) -> dict[str, Any]
         "tool_gain_mean": None,
         "critic_agreement_before": None,
         "critic_agreement_after": None,
+        "critic_baseline_best": None,
         "test_tasks_min": min(pair["before"]["n"] for r in reports for pair in r["envs"].values()),
         "demo_minutes": statistics.fmean(r["wall_s"] for r in reports) / 60,
     }
@@ -95,7 +97,16 @@ def summarize(seeds: list[int], reports: list[dict[str, Any]]) -> dict[str, Any]
     if critic:
         out["critic_agreement_before"] = statistics.fmean(r["envs"][critic]["before"]["accuracy"] for r in reports)
         out["critic_agreement_after"] = statistics.fmean(r["envs"][critic]["after"]["accuracy"] for r in reports)
+        out["critic_baseline_best"] = critic_baseline(reports, critic)
     return out
+
+
+def critic_baseline(reports: list[dict[str, Any]], critic: str) -> float | None:
+    """Mean over seeds of the best single-feature judge's agreement on the critic's test pairs (`baseline_best` of the
+    eval report: more digits, longer, always A, ...), the figure beside the critic's agreement; None for reports
+    written before it was measured."""
+    values = [r["envs"][critic]["before"].get("baseline_best") for r in reports]
+    return statistics.fmean(values) if values and all(v is not None for v in values) else None
 
 
 def print_table(seeds: list[int], reports: list[dict[str, Any]], figures: dict[str, Any]) -> None:

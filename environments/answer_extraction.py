@@ -84,6 +84,17 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
+def boxed_answers(text: str) -> list[str]:
+    """Contents of every balanced, non-empty `\\boxed{...}` / `\\fbox{...}` in `text`, in order."""
+    found = []
+    for match in _BOX_START.finditer(text):
+        end = match.end()
+        content = _braced_content(text, end) if end < len(text) and text[end] == "{" else None
+        if content is not None and content.strip():
+            found.append(content.strip())
+    return found
+
+
 def _strip_answer(value: str) -> str | None:
     """Trim whitespace, markdown/math wrappers and a trailing period; None when nothing is left."""
     value = value.strip()

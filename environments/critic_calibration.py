@@ -14,9 +14,13 @@ verifiable signal. Where the pairs come from (`k2post.judging.calibration.Calibr
   (`k2post critic pairs MODEL ...`: on-policy held-out pairs for tracking agreement);
 - otherwise (a cold start, `k2post eval`, golden tests): the source gym's reference answer vs a
   wrong one, each checked by the source's verifier; `pair_kind` picks the wrong one:
-  `reference` (default) a neighbouring number (`wrong_answer`: the judge must redo the arithmetic),
+  `reference` (default; the demo's) a wrong number of the same sign, digit count and parity
+  (`matched_wrong_answer`: no surface cue tells the two apart, the judge must redo the arithmetic),
   `malformed` a reply with no readable answer (`k2post.judging.calibration.malformed_reply`: empty box,
-  truncated, repeated, "I do not know."), the judging task a 4.5M model learns (docs/CRITIC.md).
+  truncated, repeated, "I do not know."), which "pick the reply with more digits" separates (docs/CRITIC.md).
+Every score carries `info.baselines` (`surface_agreement`: each single-feature judge's agreement on the pair);
+`k2post eval` reports the best as `baseline_best`, the figure beside the critic's agreement. A verdict that names
+both A and B is a hedge and agrees with nothing (`k2post.judging.calibration.hedged_verdict`).
 `prompt_style: compact` writes the short one-message judge prompt (`compact_judge_messages`,
 ~1/3 of the tokens) for every task, harvested ones included.
 The correct response sits at A or B by a seeded coin; a judge that always says A agrees half the
@@ -26,7 +30,8 @@ time. Accuracy of this environment = the critic's agreement with the verifier.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Literal
@@ -35,7 +40,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from k2post_environments.answer_extraction import extract_answer, parse_number
 from k2post.chat.types import Message
-from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
+from k2post.envs.base import EnvConfig, Environment, HonestPair, Play, Reward, Split, Task
 from k2post.envs.mix import EnvEntryConfig
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import SPLITS, check_split
@@ -45,6 +50,7 @@ from k2post.judging.calibration import (
     agreement,
     calibration_task,
     malformed_reply,
+    matched_wrong_answer,
     verified_pair,
 )
 from k2post_rubrics.schema import Rubric, builtin_rubrics
@@ -77,9 +83,10 @@ class CriticCalibrationConfig(EnvConfig):
     )
     pair_kind: Literal["reference", "malformed"] = Field(
         "reference",
-        description="Reference pairs: the gold answer vs a neighbouring number ('reference': the judge must check the "
-        "arithmetic) or vs a malformed reply with no readable answer ('malformed': empty box, truncated, repeated, "
-        "no answer).",
+        description="Reference pairs: the gold answer vs a wrong number of the same sign, digit count and parity "
+        "('reference': no surface cue separates them, the judge must check the arithmetic) or vs a malformed reply "
+        "with no readable answer ('malformed': empty box, truncated, repeated, no answer; separable by a surface "
+        "cue: more digits agrees 1.0).",
     )
     prompt_style: Literal["full", "compact"] = Field(
         "full",
@@ -137,6 +144,69 @@ def read_answer(response: object) -> str:
     return value.strip() if value is not None and parse_number(value) is not None else "none"
 
 
+def _digits(prompt: str, text: str) -> float:
+    return float(sum(ch.isdigit() for ch in text))
+
+
+def _answer_value(prompt: str, text: str) -> float:
+    number = parse_number(read_answer(text))
+    return float(number) if number is not None else float("-inf")
+
+
+def _prompt_numbers(prompt: str, text: str) -> float:
+    """How often the text holds the number that appears most often in the prompt."""
+    numbers = re.findall(r"\d+", prompt)
+    if not numbers:
+        return 0.0
+    top = max(set(numbers), key=numbers.count)
+    return float(re.findall(r"\d+", text).count(top))
+
+
+SURFACE_FEATURES: dict[str, Callable[[str, str], float]] = {
+    "digits": _digits,
+    "length": lambda prompt, text: float(len(text)),
+    "words": lambda prompt, text: float(len(text.split())),
+    "readable_answer": lambda prompt, text: float(read_answer(text) != "none"),
+    "answer_value": _answer_value,
+    "even_answer": lambda prompt, text: float(_answer_value(prompt, text) % 2 == 0),
+    "prompt_number": _prompt_numbers,
+}
+"""Surface features a judge could pick by instead of correctness; each gives a "more" and a "less" judge
+(`surface_agreement`), besides the two constant judges (always A, always B)."""
+
+
+def surface_agreement(task: Task) -> dict[str, float]:
+    """Agreement with the verifier of each single-feature judge on `task` (1 right, 0 wrong, 0.5 a tie: a coin):
+    `more_<feature>` picks the response with more of the feature, `less_<feature>` the other; `always_a`/`always_b`.
+    Empty when the task does not carry its two responses."""
+    responses, gold = task.metadata.get("responses"), task.answer
+    if not isinstance(responses, list) or len(responses) != 2 or gold not in ("A", "B"):
+        return {}
+    prompt = " ".join(
+        str(m.get("content", "")) for m in task.metadata.get("source_prompt") or [] if isinstance(m, dict)
+    )
+    a, b = (str(r) for r in responses)
+    out = {"always_a": float(gold == "A"), "always_b": float(gold == "B")}
+    for name, feature in SURFACE_FEATURES.items():
+        fa, fb = feature(prompt, a), feature(prompt, b)
+        more = 0.5 if fa == fb else float((fa > fb) == (gold == "A"))
+        out[f"more_{name}"], out[f"less_{name}"] = more, 1.0 - more if fa != fb else 0.5
+    return out
+
+
+def best_surface_baseline(tasks: Iterable[Task]) -> tuple[str, float]:
+    """(name, agreement) of the best single-feature judge over `tasks` (("none", 0.5) when none carries its pair):
+    the figure to report beside a critic's agreement (a critic no better than it may read a surface cue)."""
+    totals: dict[str, list[float]] = {}
+    for task in tasks:
+        for name, value in surface_agreement(task).items():
+            totals.setdefault(name, []).append(value)
+    if not totals:
+        return "none", 0.5
+    name = max(totals, key=lambda key: sum(totals[key]) / len(totals[key]))
+    return name, sum(totals[name]) / len(totals[name])
+
+
 @register_environment
 class CriticCalibrationEnv(Environment):
     """Pairwise judging of verifier-labelled response pairs; reward = agreement with the verifier."""
@@ -182,11 +252,9 @@ class CriticCalibrationEnv(Environment):
 
     def wrong_reply(self, gold: str, rng: random.Random) -> str:
         """The wrong response of a reference pair: a neighbouring number, or a malformed reply (`pair_kind`)."""
-        from k2post.synth.gym_tasks import wrong_answer
-
         if self.config.pair_kind == "malformed":
             return malformed_reply(self.config.answer_template, rng)[1]
-        return self.config.answer_template.format(answer=wrong_answer(gold, rng))
+        return self.config.answer_template.format(answer=matched_wrong_answer(gold, rng))
 
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         """The split's pairs file when configured, else reference pairs from the sources' same split
@@ -229,4 +297,33 @@ class CriticCalibrationEnv(Environment):
             return Reward(
                 value=0.0, breakdown={"agree": 0.0, "parsed": 0.0}, error=f"task {task.id!r} has no gold position A/B"
             )
-        return agreement(task, response)
+        reward = agreement(task, response)
+        baselines = surface_agreement(task)
+        return reward.model_copy(update={"info": {**reward.info, "baselines": baselines}}) if baselines else reward
+
+    def honest(self, task: Task) -> HonestPair | None:
+        """Right: the worked verdict naming the verified-correct position; wrong: the same verdict for the other one
+        (a judge whose check slipped). A two-way judge's real bar is chance: a cheap judge (`hacks`) that agrees
+        more than half the time reads a surface cue."""
+        if task.answer not in ("A", "B"):
+            return None
+        other = "B" if task.answer == "A" else "A"
+        return HonestPair(right=self._verdict_text(task, task.answer), wrong=self._verdict_text(task, other))
+
+    def _verdict_text(self, task: Task, position: str) -> str:
+        worked = self.worked_solution(task)
+        return (
+            f"{worked}. [[{position}]]"
+            if worked
+            else f"Response {position} has the correct final answer. [[{position}]]"
+        )
+
+    def hacks(self, task: Task) -> dict[str, Play]:
+        """Every single-feature judge of `surface_agreement` as a verdict ("more_digits": pick the reply with more
+        digits, ...; a tie picks A)."""
+        agree = surface_agreement(task)
+        other = "B" if task.answer == "A" else "A"
+        return {
+            name: f"[[{task.answer if value == 1.0 else 'A' if value == 0.5 else other}]]"
+            for name, value in agree.items()
+        }

@@ -23,6 +23,10 @@ The answer is read with `answer_extraction` (default: last `\\boxed{}`, else the
 NFKC-normalised (full-width digits, Unicode minus) and handed to the dataset's scorer as is, so
 its semantics hold (e.g. basic_arithmetic gives partial credit 0.5 for "-4.0" against "-4");
 a scorer that raises on junk gives 0 with the error in `info`.
+One final answer is scored, and a hedge earns nothing (`hedged`): a reply with two different `\\boxed{}`
+answers scores 0, and partial credit (0 < score < 1) is dropped when the answer holds more candidates than the
+gold answer (reasoning-gym pays `len(gold) / len(answer)` for any answer containing the gold one, so
+"\\boxed{-5 -4 -3}" would otherwise earn 0.33 against "-4").
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,10 +43,16 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from k2post_environments.answer_extraction import DEFAULT_TAIL_CHARS, ExtractionMethod, extract_answer
+from k2post_environments.answer_extraction import (
+    DEFAULT_TAIL_CHARS,
+    ExtractionMethod,
+    boxed_answers,
+    clean_response,
+    extract_answer,
+)
 from k2post_environments.worked import chain_steps, chain_value, expression_of
 from k2post.chat.types import Message
-from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
+from k2post.envs.base import EnvConfig, Environment, HonestPair, Play, Reward, Split, Task
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import SPLITS, check_split
 
@@ -137,6 +148,32 @@ def json_entry(entry: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 def normalize_answer(text: str) -> str:
     """NFKC (full-width digits → ASCII) and a Unicode minus → "-", so "−４" reads "-4"."""
     return unicodedata.normalize("NFKC", text).replace("−", "-").strip()
+
+
+_CANDIDATE_SPLIT = re.compile(r"[\s,;|/]+|\b(?:or|and)\b", re.IGNORECASE)
+
+
+def candidates(text: str) -> int:
+    """How many candidate answers `text` holds (pieces between spaces, commas, ";", "|", "/", "or", "and")."""
+    return sum(1 for piece in _CANDIDATE_SPLIT.split(text) if piece and piece.strip())
+
+
+def hedged(response: str, answer: str, gold: str, value: float, tail_chars: int) -> bool:
+    """A hedge: two different boxed answers in the reply, or partial credit for an answer holding more candidates
+    than the gold one (reasoning-gym's substring credit)."""
+    boxes = {normalize_answer(box) for box in boxed_answers(clean_response(response, tail_chars))}
+    partial = 0.0 < value < 1.0 and candidates(normalize_answer(answer)) > candidates(normalize_answer(gold))
+    return len(boxes) > 1 or partial
+
+
+def near_miss(gold: str, step: int = 1) -> str:
+    """A wrong answer next to `gold`: the integer `step` away, else the text with its last two characters swapped
+    (or `step` "x"s appended when that changes nothing)."""
+    try:
+        return str(int(gold) + step)
+    except ValueError:
+        swapped = gold[:-2] + gold[-2:][::-1] if step > 0 else gold[1:] + gold[:1]
+        return swapped if swapped != gold else gold + "x" * abs(step)
 
 
 def clip_score(value: Any) -> float:
@@ -262,6 +299,22 @@ class ReasoningGymEnv(Environment):
         except ValueError:
             return None
 
+    def honest(self, task: Task) -> HonestPair | None:
+        """Right: the gold answer boxed; wrong: a near miss of it, boxed (`near_miss`)."""
+        gold = normalize_answer(str(task.answer))
+        return HonestPair(right=f"\\boxed{{{gold}}}", wrong=f"\\boxed{{{near_miss(gold)}}}")
+
+    def hacks(self, task: Task) -> dict[str, Play]:
+        """Hedges over neighbours of the gold answer: in one box, one box each, or alone on the last line."""
+        gold = normalize_answer(str(task.answer))
+        spread = [near_miss(gold, -1), gold, near_miss(gold)]
+        return {
+            "neighbours_one_box": f"\\boxed{{{' '.join(spread)}}}",
+            "neighbours_boxed": " ".join(f"\\boxed{{{value}}}" for value in spread),
+            "neighbours_last_line": ", ".join(spread),
+            "neighbours_or": " or ".join(spread),
+        }
+
     # ------------------------------------------------------------ scoring
 
     def _entry_of(self, task: Task) -> tuple[Any, dict[str, Any]]:
@@ -292,4 +345,6 @@ class ReasoningGymEnv(Environment):
         except Exception as err:  # reasoning-gym scorers raise on some junk answers
             info["error"] = f"{type(err).__name__}: {err}"[:ERROR_CHARS]
             value = 0.0
+        if hedged(response, found.value, str(task.answer), value, self.config.tail_chars):
+            info["hedged"], value = True, 0.0
         return Reward(value=value, breakdown={"score": value, "format": formatted}, info=info)

@@ -8,8 +8,10 @@ A clean audit takes n_records + broken + 1 calls (about 150 at the defaults); `m
 Rubric checkpoints along the way: the ledger is cut into blocks of `checkpoint_every` records. When the cursor
 moves past a block (or the episode ends), that block's checkpoint is decided there and then: every record of
 the block was fetched, every broken one carries the right total, and no correct one was changed. A later fix
-does not revise a decided checkpoint. Reward: 0.9 x the share of checkpoints passed + 0.1 if the final answer
-states the number of records fixed.
+does not revise a decided checkpoint. Reward: 0.9 x the share of checkpoints passed + 0.1 for the report
+(`report_ok`): the final answer states the number of records fixed, after the whole ledger was read and exactly
+the broken records were changed (to any total). A report without the audit earns nothing ("I fixed 0 records."
+with no calls scores 0), while an honest audit with wrong arithmetic (the right records, wrong totals) keeps it.
 
     env = make_environment("record_audit", {"n_records": 200})
     task = next(env.tasks("train", seed=0))
@@ -32,7 +34,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from k2post.chat.types import Message, ToolCall, ToolSpec, dump_json
-from k2post.envs.base import EnvConfig, MultiTurnEnvironment, Reward, Split, StepResult, Task
+from k2post.envs.base import EnvConfig, HonestPair, MultiTurnEnvironment, Play, Reward, Split, StepResult, Task
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import BASE_SPLITS, hash_bucket, hash_split, unsupported_split
 from k2post.toolsets.base import ERROR_PREFIX, tool_spec
@@ -110,6 +112,32 @@ def block_passes(state: AuditState, block: int, size: int) -> bool:
     if state.cursor < block * size + len(records):
         return False
     return all(state.totals[r["id"]] == r["price"] * r["qty"] for r in records)
+
+
+def report_ok(state: AuditState) -> bool:
+    """The final answer reports the audit: every record read, exactly the broken ones changed, their count stated."""
+    broken = {r["id"] for r in state.records if r["total"] != r["price"] * r["qty"]}
+    changed = {r["id"] for r in state.records if state.totals[r["id"]] != r["total"]}
+    walked = state.cursor >= len(state.records)
+    return walked and changed == broken and str(len(changed)) in stated_numbers(state.answer or "")
+
+
+def _slip(total: int, dealt: int) -> int:
+    """A wrong total for a broken record: one off the right one, never the dealt (broken) value."""
+    return total + 1 if total + 1 != dealt else total + 2
+
+
+def _messages(turns: list[list[tuple[str, dict[str, Any]]]]) -> list[Message]:
+    """Assistant turns holding the given (tool, arguments) calls, ids numbered through the dialogue."""
+    messages, index = [], 0
+    for turn in turns:
+        calls = [
+            ToolCall(id=f"functions.{name}:{index + k}", name=name, arguments=args)
+            for k, (name, args) in enumerate(turn)
+        ]
+        messages.append(Message(role="assistant", content="", tool_calls=calls))
+        index += len(turn)
+    return messages
 
 
 @register_environment
@@ -220,7 +248,7 @@ class RecordAuditEnv(MultiTurnEnvironment):
         self._decide_up_to(decided, len(decided.records))
         passed = sum(decided.checkpoints) / max(1, len(decided.checkpoints))
         fixed = sum(1 for r in decided.records if decided.totals[r["id"]] != r["total"])
-        answer = float(str(fixed) in stated_numbers(decided.answer or ""))
+        answer = float(report_ok(decided))
         breakdown = {f"checkpoint_{i}": float(ok) for i, ok in enumerate(decided.checkpoints)}
         info = {"calls": state.calls, "fetched": state.cursor, "fixed": fixed, "checkpoint_pass_rate": passed}
         return Reward(
@@ -228,6 +256,35 @@ class RecordAuditEnv(MultiTurnEnvironment):
             breakdown={**breakdown, "answer": answer},
             info=info,
         )
+
+    def honest(self, task: Task) -> HonestPair:
+        """Right: the reference audit and its report; wrong: the same walk with every fix one off (arithmetic slips
+        on the right records), reported."""
+        broken = sum(r["total"] != r["price"] * r["qty"] for r in task.answer["records"])
+        report = Message(role="assistant", content=f"I fixed {broken} records.")
+        right = _messages(self.reference_turns(task))
+        dealt = {r["id"]: r["total"] for r in task.answer["records"]}
+        slip = [
+            [
+                (name, {**args, "total": _slip(args["total"], dealt[args["id"]])} if name == "fix_total" else args)
+                for name, args in turn
+            ]
+            for turn in self.reference_turns(task)
+        ]
+        wrong = _messages(slip)
+        return HonestPair(right=right + [report], wrong=wrong + [report])
+
+    def hacks(self, task: Task) -> dict[str, Play]:
+        """Reports without the audit, and walks that fix nothing (with the true or the configured broken count)."""
+        records = task.answer["records"]
+        walk = _messages([[("next_record", {})]] * (len(records) + 1))
+        broken = max(1, round(self.config.broken_fraction * len(records))) if self.config.broken_fraction else 0
+        return {
+            "report_only": [Message(role="assistant", content="I fixed 0 records.")],
+            "report_guess": [Message(role="assistant", content=f"I fixed {broken} records.")],
+            "walk_no_fix": walk + [Message(role="assistant", content="I fixed 0 records.")],
+            "walk_guess_count": walk + [Message(role="assistant", content=f"I fixed {broken} records.")],
+        }
 
     def reference_turns(self, task: Task) -> list[list[tuple[str, dict[str, Any]]]]:
         """The calls of a perfect audit, turn by turn (one call per turn), for tests and SFT data."""

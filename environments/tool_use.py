@@ -16,6 +16,11 @@ reference solution. An episode:
     result = env.step(state, assistant_message)      # runs its tool calls → tool messages
     reward = env.score_state(task, state)            # 0.6 state + 0.3 checkpoints + 0.1 answer
 
+A read-only task (its success checks hold on the initial state: a look-up, "nothing changed") earns the state's
+0.6 only when the answer states the value read and its checkpoints (the look-up calls) passed, so answering
+"Done." without a call earns nothing; an answer that also names the other candidates (`Scenario.wrong_answers`)
+is no answer.
+
 `step` accepts a `Message` with `tool_calls`, a `Message`/str whose text holds K2 tool-call
 tokens (parsed with `parse_assistant`), or an OpenAI-style dict. Malformed calls, unknown tools
 and bad arguments come back as tool messages starting with `Error:`; nothing raises. The
@@ -41,7 +46,7 @@ from k2post.toolsets.checks import (
     DEV_FRACTION,
     Scenario,
     ToolCallRecord,
-    answer_matches,
+    answer_ok,
     check_checkpoint,
     check_state,
     scenario_key,
@@ -50,7 +55,7 @@ from k2post.toolsets.checks import (
 from k2post.chat.parse import SOFT_ERRORS, ToolCallParseError, parse_assistant
 from k2post.chat.tokens import TOOL_CALL_BEGIN, TOOL_CALLS_BEGIN
 from k2post.chat.types import Message, ToolCall, ToolSpec, call_name, content_text, dump_json, format_call_id
-from k2post.envs.base import EnvConfig, MultiTurnEnvironment, Reward, Split, StepResult, Task
+from k2post.envs.base import EnvConfig, HonestPair, MultiTurnEnvironment, Play, Reward, Split, StepResult, Task
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import SPLITS, check_split
 
@@ -253,6 +258,53 @@ def _split_turn(
     return _parse_text(assistant if isinstance(assistant, str) else "", first_index)
 
 
+def slip_value(value: Any) -> Any:
+    """A near miss of a tool argument: a number one up, a text with " 2" added (anything else as is)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return value
+    return value + 1 if isinstance(value, (int, float)) else f"{value} 2"
+
+
+def slip_answer(scenario: Scenario) -> str:
+    """The reference answer with each expected value swapped for a wrong one: another candidate
+    (`wrong_answers`), else the value with its last digit one up, else reversed."""
+    text = scenario.reference_answer
+    for group in scenario.answer:
+        for alternative in sorted(group, key=len, reverse=True):
+            if alternative in text:
+                text = text.replace(alternative, _wrong_value(alternative, scenario.wrong_answers))
+    return text
+
+
+def _wrong_value(value: str, others: list[str]) -> str:
+    if others:
+        return others[0]
+    digits = [i for i, ch in enumerate(value) if ch.isdigit()]
+    if digits:
+        i = digits[-1]
+        return f"{value[:i]}{(int(value[i]) + 1) % 10}{value[i + 1 :]}"
+    return value[::-1] if value[::-1] != value else f"{value}x"
+
+
+def _calls_as_messages(turns: list[list[tuple[str, dict[str, Any]]]]) -> list[Message]:
+    """Assistant turns holding the given (tool, arguments) calls, ids numbered through the dialogue."""
+    messages, index = [], 0
+    for turn in turns:
+        calls = [
+            ToolCall(id=format_call_id(name, index + k), name=name, arguments=args)
+            for k, (name, args) in enumerate(turn)
+        ]
+        messages.append(Message(role="assistant", content="", tool_calls=calls))
+        index += len(turn)
+    return messages
+
+
+def read_done(checkpoints: dict[str, float], episode: ToolUseState) -> bool:
+    """The reading a read-only task needs happened: every checkpoint passed (a task without any: one successful
+    call)."""
+    return all(checkpoints.values()) if checkpoints else any(call.ok for call in episode.calls)
+
+
 @register_environment
 class ToolUseEnv(MultiTurnEnvironment):
     """Stateful tool use: file system, calendar and bank tasks scored on the final state."""
@@ -414,6 +466,35 @@ class ToolUseEnv(MultiTurnEnvironment):
             state.done = state.truncated = True
         return StepResult(observations=observations, done=state.done)
 
+    # --- honest and cheap plays (the adversarial suite) -------------------------------------
+
+    def honest(self, task: Task) -> HonestPair:
+        """Right: the reference calls and answer. Wrong: the same calls with a wrong final answer (`slip_answer`),
+        or, for a task whose answer is not checked, the last call with its arguments one off (`slip_value`)."""
+        scenario = Scenario.model_validate(task.answer)
+        turns = [[(call.name, call.arguments) for call in turn] for turn in scenario.reference_turns]
+        right = _calls_as_messages(turns) + [Message(role="assistant", content=scenario.reference_answer)]
+        if scenario.answer:
+            wrong_text = slip_answer(scenario)
+        else:
+            wrong_text = scenario.reference_answer
+            if turns and turns[-1]:
+                name, args = turns[-1][-1]
+                turns[-1] = [*turns[-1][:-1], (name, {key: slip_value(value) for key, value in args.items()})]
+        return HonestPair(
+            right=right, wrong=_calls_as_messages(turns) + [Message(role="assistant", content=wrong_text)]
+        )
+
+    def hacks(self, task: Task) -> dict[str, Play]:
+        """The reference calls answered with every candidate; the reference answer without reading."""
+        scenario = Scenario.model_validate(task.answer)
+        turns = [[(call.name, call.arguments) for call in turn] for turn in scenario.reference_turns]
+        plays: dict[str, Play] = {"answer_unread": [Message(role="assistant", content=scenario.reference_answer)]}
+        if scenario.wrong_answers:
+            every = f"{scenario.reference_answer} Or: {', '.join(scenario.wrong_answers)}."
+            plays["every_candidate"] = _calls_as_messages(turns) + [Message(role="assistant", content=every)]
+        return plays
+
     # --- scoring ---------------------------------------------------------------------------
 
     def score_state(self, task: Task, state: ToolUseState | dict[str, Any]) -> Reward:
@@ -426,6 +507,9 @@ class ToolUseEnv(MultiTurnEnvironment):
         ]
         checkpoints = {cp.id: float(check_checkpoint(cp, episode.calls, world)) for cp in scenario.checkpoints}
         answer = self._answer_ok(scenario, episode, succeeded=not failed)
+        read_only = self.read_only(scenario)
+        if read_only and not failed and not (answer and read_done(checkpoints, episode)):
+            failed = ["read-only task: the answer must state the value read (read with the tools)"]
         parts = [
             (self.config.success_weight, 0.0 if failed else 1.0),
             (self.config.answer_weight, answer),
@@ -435,14 +519,21 @@ class ToolUseEnv(MultiTurnEnvironment):
         total = sum(weight for weight, _ in parts)
         value = sum(weight * part for weight, part in parts) / total if total > 0 else 0.0
         breakdown = {"final_state": 0.0 if failed else 1.0, **checkpoints, "answer": answer}
-        return Reward(value=min(1.0, max(0.0, value)), breakdown=breakdown, info=self._info(episode, failed))
+        info = {**self._info(episode, failed), "read_only": read_only}
+        return Reward(value=min(1.0, max(0.0, value)), breakdown=breakdown, info=info)
+
+    def read_only(self, scenario: Scenario) -> bool:
+        """A task whose success checks already hold on its initial state (a look-up: "nothing changed"): doing
+        nothing passes them, so its final state counts only with the fact read (`score_state`)."""
+        initial = self.domain(scenario.toolset).state_loader(scenario.initial_state).model_dump(mode="json")
+        return all(check_state(check, initial) for check in scenario.success)
 
     @staticmethod
     def _answer_ok(scenario: Scenario, episode: ToolUseState, succeeded: bool) -> float:
         """Expected substrings in the final answer; a task without any needs a closing message
         after a successful final state (so doing nothing earns nothing)."""
         if scenario.answer:
-            return float(answer_matches(scenario.answer, episode.final_answer))
+            return float(answer_ok(scenario, episode.final_answer))
         closed = bool(episode.final_answer) and episode.done and not episode.truncated
         return float(closed and succeeded)
 

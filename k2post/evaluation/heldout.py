@@ -105,8 +105,23 @@ def summarize(episodes: Sequence[Any], rewards: Sequence[Any], threshold: float)
             "truncation_rate": sum(e.truncated for e, _ in pairs) / n,
             "response_tokens_mean": sum(sum(e.loss_mask) for e, _ in pairs) / n,
             "reward_errors": sum(r.error is not None for _, r in pairs),
+            **best_baseline([r for _, r in pairs]),
         }
     return out
+
+
+def best_baseline(rewards: Sequence[Any]) -> dict[str, float]:
+    """`{"baseline_best": x}`: the best mean over the single-feature judges a judging env reports per task in
+    `Reward.info["baselines"]` (critic_calibration: more digits, longer, always A, ...), the figure to read beside
+    its accuracy; empty for other envs."""
+    totals: dict[str, list[float]] = {}
+    for reward in rewards:
+        baselines = reward.info.get("baselines") if isinstance(reward.info, dict) else None
+        for name, value in (baselines or {}).items():
+            totals.setdefault(name, []).append(float(value))
+    if not totals:
+        return {}
+    return {"baseline_best": max(sum(values) / len(values) for values in totals.values())}
 
 
 def episode_samples(

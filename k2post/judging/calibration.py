@@ -13,17 +13,19 @@ A or B by a seeded coin (so a judge that always says A agrees half the time), an
 position in `Task.answer`. The `critic_calibration` environment serves these tasks and rewards a
 verdict that agrees with the verifier (`agreement`).
 
-Reference pairs (no sampled model) pit the gold answer against either a neighbouring number
-(`pair_kind: reference`; the judge has to check the arithmetic) or a malformed reply
+Reference pairs (no sampled model) pit the gold answer against either a wrong number that looks like it
+(`pair_kind: reference`, `matched_wrong_answer`: same sign, digit count and parity; the judge has to check the
+arithmetic, as no surface cue tells the two apart) or a malformed reply
 (`pair_kind: malformed`; `malformed_reply`: an empty box, a truncated or repeated reply, no
 answer at all), which the verifier rejects because it reads no answer: a local, salient
-difference that a very small judge can learn.
+difference that a very small judge can learn, and a surface cue ("pick the reply with more digits" agrees 1.0).
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +35,7 @@ from k2post.chat.types import Message
 from k2post.envs.base import Reward, Task
 from k2post.judging.prompts import compact_judge_messages, judge_messages
 from k2post.judging.rubric import Rubric
-from k2post.judging.verdict import parse_verdict
+from k2post.judging.verdict import MAX_CHARS, parse_verdict
 
 CORRECTNESS_RUBRIC = Rubric(
     name="verified_correctness",
@@ -58,6 +60,32 @@ def malformed_reply(answer_template: str, rng: random.Random) -> tuple[str, str]
     kind = rng.choice(sorted(MALFORMED_REPLIES))
     prefix = answer_template.split("{answer}")[0].replace("{{", "{").replace("}}", "}").strip() or "The answer is"
     return kind, MALFORMED_REPLIES[kind].replace("{prefix}", prefix)
+
+
+MATCHED_OFFSETS = (2, 10)
+"""Distances of a surface-matched wrong number: even, so parity never tells the two apart; 10 keeps the last digit."""
+
+
+def matched_wrong_answer(gold: str, rng: random.Random) -> str:
+    """A wrong integer that looks like `gold`: the same sign, digit count and parity, `MATCHED_OFFSETS` above or below
+    it (the side by a seeded coin; the other side where the first has no such number), so no surface cue (digits,
+    length, parity, size) picks the correct reply of a pair; a non-integer gold gets its text reversed (or "x"
+    appended when that is the same)."""
+    try:
+        value = int(gold.strip())
+    except ValueError:
+        flipped = gold[::-1]
+        return flipped if flipped != gold else f"{gold}x"
+    sides = [1, -1] if rng.random() < 0.5 else [-1, 1]
+    for side in sides:
+        options = [value + side * d for d in MATCHED_OFFSETS if _looks_alike(value, value + side * d)]
+        if options:
+            return str(rng.choice(options))
+    return str(value + 2)
+
+
+def _looks_alike(gold: int, other: int) -> bool:
+    return len(str(abs(gold))) == len(str(abs(other))) and (gold < 0) == (other < 0)
 
 
 class CalibrationPair(BaseModel):
@@ -161,11 +189,30 @@ def calibration_task(
 
 
 def agreement(task: Task, response: Any) -> Reward:
-    """1.0 when the verdict names the verified-correct position; 0 for the other, a tie or no verdict."""
-    verdict = parse_verdict(response if isinstance(response, str) else "")
-    agree = float(verdict.winner is not None and verdict.winner == task.answer)
+    """1.0 when the verdict names the verified-correct position; 0 for the other, a tie, no verdict, or a hedge
+    (`hedged_verdict`: lines naming both A and B, e.g. "[[B]]\\n[[A]]", which the judges' parser reads as the last)."""
+    text = response if isinstance(response, str) else ""
+    verdict = parse_verdict(text)
+    hedged = hedged_verdict(text)
+    agree = float(verdict.winner is not None and verdict.winner == task.answer and not hedged)
+    shown = "hedged" if hedged else verdict.winner or ("tie" if verdict.parsed else "unparseable")
     return Reward(
         value=agree,
-        breakdown={"agree": agree, "parsed": float(verdict.parsed)},
-        info={"verdict": verdict.winner or ("tie" if verdict.parsed else "unparseable"), "gold": task.answer},
+        breakdown={"agree": agree, "parsed": float(verdict.parsed and not hedged)},
+        info={"verdict": shown, "gold": task.answer},
     )
+
+
+_VERDICT_BRACKET = re.compile(r"\[\[\s*([ab])\s*\]\]", re.IGNORECASE)
+HEDGE_LINES = 64
+"""Trailing non-empty lines whose verdicts (phrases, lone letters) are compared for a hedge; brackets: the whole
+read part."""
+
+
+def hedged_verdict(text: str) -> bool:
+    """Whether the read part of a reply names both A and B as the winner (on different lines: a verdict on each)."""
+    _head, sep, after = text.rpartition("</think>")
+    tail = (after if sep else text)[-MAX_CHARS:]
+    brackets = {letter.upper() for letter in _VERDICT_BRACKET.findall(tail)}
+    lines = [line for line in tail.splitlines() if line.strip()][-HEDGE_LINES:]
+    return {"A", "B"} <= brackets or {"A", "B"} <= {parse_verdict(line).winner for line in lines}

@@ -528,7 +528,8 @@ class RLRun:
         names, limit = [e.env_name for e in episodes], self.cfg.reward.max_reward_error_fraction
         rewards = score_in_chunks(self.reward_pool.score_batch, items, names, self.cfg.train.eval_chunk, limit, where)
         per_env = summarize(episodes, rewards, self.cfg.reward.success_threshold)
-        out = {f"eval/{name}/{key}": per_env[name][key] for name in per_env for key in ("accuracy", "truncation_rate")}
+        keys = ("accuracy", "truncation_rate", "baseline_best")  # baseline_best: judging envs only (critic_calibration)
+        out = {f"eval/{name}/{key}": per_env[name][key] for name in per_env for key in keys if key in per_env[name]}
         out["eval/mean_accuracy"] = mean_accuracy(per_env)
         return out
 

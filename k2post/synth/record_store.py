@@ -277,6 +277,7 @@ def _look_up(bp: DomainBlueprint, rng: random.Random) -> Scenario:
         success=[expect(["records"], "equals", records, "nothing changed")],
         checkpoints=[Checkpoint(id="looked_up", calls=[called(names["get"], **{bp.key: key}), called(names["list"])])],
         answer=[[records[key][bp.text]]],
+        wrong_answers=[text for text in bp.texts if text != records[key][bp.text]],
         reference_turns=[[ref_call(names["get"], **{bp.key: key})]],
         reference_answer=f"The {bp.text} of {key!r} is {records[key][bp.text]}.",
     )

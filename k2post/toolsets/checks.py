@@ -94,6 +94,11 @@ class Scenario(BaseModel):
         default_factory=list, description="A correct solution: tool calls per assistant turn."
     )
     reference_answer: str = Field("", description="The reference final answer.")
+    wrong_answers: list[str] = Field(
+        default_factory=list,
+        description="Texts the final answer must not contain: the other candidates of a question (an answer that "
+        "names every candidate answers nothing).",
+    )
 
     @model_validator(mode="after")
     def _check_ids(self) -> Scenario:
@@ -222,6 +227,12 @@ def answer_matches(groups: list[list[str]], text: str) -> bool:
     """Whether every group has an alternative in `text`."""
     haystack = normalize_answer(text)
     return all(any(_found(normalize_answer(alt).strip(), haystack) for alt in group) for group in groups)
+
+
+def answer_ok(scenario: Scenario, text: str) -> bool:
+    """The final answer has every expected group and none of the scenario's wrong answers."""
+    wrong = any(alternative_found(alternative, text) for alternative in scenario.wrong_answers)
+    return answer_matches(scenario.answer, text) and not wrong
 
 
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")

@@ -101,3 +101,11 @@ def test_ablation_variant_that_changes_nothing_is_not_rerun():
     assert not ablations.same_as_full("configs/recipe_demo.yaml", "no_budget")
     assert not ablations.same_as_full("configs/recipe_demo.yaml", "no_temp_decay")
     assert not ablations.same_as_full("configs/recipe_demo.yaml", "with_ptx")
+
+
+def test_summary_reports_the_critic_s_best_single_feature_baseline():
+    reports = [_report((0.5, 0.7), (0.2, 0.5), (0.5, 0.7)) for _ in range(2)]
+    assert demo_seeds.summarize([0, 1], reports)["critic_baseline_best"] is None  # reports from before it was measured
+    for report, best in zip(reports, (0.52, 0.56)):
+        report["envs"]["critic_calibration"]["before"]["baseline_best"] = best
+    assert demo_seeds.summarize([0, 1], reports)["critic_baseline_best"] == pytest.approx(0.54)

@@ -168,3 +168,18 @@ def test_extract_answer_never_raises_property(text):
     if found.value is not None:
         assert found.value.strip()
         assert parse_number(found.value) is None or isinstance(parse_number(found.value), Fraction)
+
+
+@pytest.mark.parametrize(
+    "text,boxes",
+    [
+        ("\\boxed{1} and \\boxed{2}", ["1", "2"]),
+        ("\\boxed{\\frac{1}{2}} \\fbox{3}", ["\\frac{1}{2}", "3"]),
+        ("\\boxed{} \\boxed{ 4 } \\boxed{", ["4"]),
+        ("no box", []),
+    ],
+)
+def test_boxed_answers_lists_every_box(text, boxes):
+    from k2post_environments.answer_extraction import boxed_answers
+
+    assert boxed_answers(text) == boxes

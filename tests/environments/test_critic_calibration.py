@@ -156,3 +156,88 @@ def test_default_pair_kind_is_unchanged(env):
     assert env.config.pair_kind == "reference" and env.config.prompt_style == "full"
     task = next(env.tasks("test", seed=0, n=1))
     assert [m.role for m in task.messages] == ["system", "user"]
+
+
+# --- issue 43: pairs no surface cue tells apart; hedged verdicts ------------------------------------------------------
+
+import random  # noqa: E402
+import statistics  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+from cheap_strategies import means, strategy_table  # noqa: E402
+
+from k2post.judging.calibration import hedged_verdict, matched_wrong_answer  # noqa: E402
+
+DEMO = Path(__file__).resolve().parents[2] / "configs" / "rl_demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def demo_env():
+    entry = next(e for e in yaml.safe_load(DEMO.read_text())["envs"] if e["name"] == "critic_calibration")
+    return make_environment("critic_calibration", entry["config"])
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_the_demo_pairs_have_no_surface_cue(demo_env, split):
+    from k2post_environments.critic_calibration import best_surface_baseline
+
+    name, value = best_surface_baseline(demo_env.tasks(split, seed=0, n=200))
+    assert value <= 0.6, f"{name} agrees {value:.3f} on the demo's {split} pairs"
+
+
+def test_malformed_pairs_are_told_apart_by_digits_and_the_baseline_says_so(malformed_env):
+    from k2post_environments.critic_calibration import best_surface_baseline
+
+    assert best_surface_baseline(malformed_env.tasks("test", seed=0, n=40)) == ("more_digits", 1.0)
+
+
+@pytest.mark.parametrize("gold", ["0", "1", "7", "9", "10", "11", "42", "98", "99", "-3", "-10", "1234", "100000"])
+def test_matched_wrong_answer_looks_like_the_gold_one(gold):
+    for seed in range(20):
+        wrong = matched_wrong_answer(gold, random.Random(seed))
+        assert wrong != gold and int(wrong) % 2 == int(gold) % 2
+        assert len(wrong.lstrip("-")) == len(gold.lstrip("-")) and wrong.startswith("-") == gold.startswith("-")
+
+
+def test_matched_wrong_answer_is_above_or_below_by_a_coin():
+    above = [int(matched_wrong_answer("50", random.Random(seed))) > 50 for seed in range(400)]
+    assert 0.4 < sum(above) / len(above) < 0.6
+
+
+@pytest.mark.parametrize(
+    "text,hedged",
+    [
+        ("[[A]]\n[[B]]", True),
+        ("[[b]] and later [[A]]", True),
+        ("Response B is better.\nWinner: A", True),
+        ("[[A]]" + "\nzz" * 200 + "\n[[B]]", True),
+        ("7 + 5 = 12. A: 14, B: 12. [[B]]", False),
+        ("A: 14, B: 12.\n[[B]]", False),
+        ("[[A]] [[A]]", False),
+        ("<think>[[A]]</think>[[B]]", False),  # only the answer after the reasoning is read
+    ],
+)
+def test_hedged_verdicts(text, hedged):
+    assert hedged_verdict(text) is hedged
+
+
+def test_cheap_judges_stay_at_chance_and_junk_earns_nothing(demo_env):
+    tasks = list(demo_env.tasks("test", seed=0, n=64))
+    table = strategy_table(demo_env, tasks)
+    surface = {name for name in table if name.startswith(("more_", "less_", "always_"))}
+    got = means(table)
+    assert got["honest_right"] == 1.0 and got["honest_wrong"] == 0.0
+    assert all(value == 0.0 for name, value in got.items() if name not in surface | {"honest_right"}), got
+    assert max(got[name] for name in surface) <= 0.65, got  # a two-way judge's bar: chance (64 pairs: +-0.06)
+    chance = statistics.fmean(table["always_a"] + table["always_b"])
+    assert chance == 0.5
+
+
+def test_eval_reports_the_best_single_feature_judge(demo_env, malformed_env):
+    from k2post.evaluation.heldout import best_baseline
+
+    demo = [demo_env.score(t, "[[A]]") for t in demo_env.tasks("test", seed=0, n=100)]
+    malformed = [malformed_env.score(t, "[[A]]") for t in malformed_env.tasks("test", seed=0, n=20)]
+    assert best_baseline(demo)["baseline_best"] <= 0.6 and best_baseline(malformed) == {"baseline_best": 1.0}
+    assert best_baseline([]) == {}

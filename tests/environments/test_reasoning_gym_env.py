@@ -199,3 +199,56 @@ def test_unsupported_splits_are_one_line_errors(config, split, needle):
     with pytest.raises(ValueError, match=needle) as err:
         list(make_environment("reasoning_gym", config).tasks(split))
     assert "\n" not in str(err.value)
+
+
+# --- issue 43: one final answer is scored; hedges earn nothing -----------------------------------------------------
+
+from cheap_strategies import assert_unhackable, means, strategy_table  # noqa: E402
+
+from k2post_environments.reasoning_gym_env import candidates, near_miss  # noqa: E402
+
+CHAIN = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}}
+
+
+@pytest.mark.parametrize(
+    "template,value,hedge",
+    [
+        ("\\boxed{{{lo} {g} {hi}}}", 0.0, True),  # reasoning-gym's substring credit would pay len(g) / len(answer)
+        ("{lo} {g} {hi}", 0.0, True),
+        ("{lo}, {g}, {hi}", 0.0, True),
+        ("\\boxed{{{g} or {hi}}}", 0.0, True),
+        ("\\boxed{{{lo}}} \\boxed{{{g}}}", 0.0, True),  # two different final answers: the last is not taken
+        ("\\boxed{{{g}}} \\boxed{{{hi}}}", 0.0, True),
+        ("first \\boxed{{{g}}}, checked: \\boxed{{{g}}}", 1.0, False),  # the same answer twice is one answer
+        ("\\boxed{{{g}}}", 1.0, False),
+        ("\\boxed{{{hi}}}", 0.0, False),
+    ],
+)
+def test_hedges_get_no_partial_credit(template, value, hedge):
+    env = make_environment("reasoning_gym", {**CHAIN, "test_size": 4, "dev_size": 4})  # reasoning-gym's default scorer
+    for task in env.tasks("test"):
+        gold = str(task.answer)
+        response = template.format(g=gold, lo=near_miss(gold, -1), hi=near_miss(gold))
+        reward = env.score(task, response)
+        assert reward.value == pytest.approx(value), response
+        assert reward.info.get("hedged", False) == hedge, response
+
+
+@pytest.mark.parametrize("text,count", [("-4", 1), ("-5 -4 -3", 3), ("a, b; c | d / e", 5), ("4 or 5 and 6", 3)])
+def test_candidates(text, count):
+    assert candidates(text) == count
+
+
+@pytest.mark.parametrize(
+    "gold,step,wrong", [("-4", 1, "-3"), ("12", -1, "11"), ("nibac", 1, "nibca"), ("aa", 1, "aax")]
+)
+def test_near_miss(gold, step, wrong):
+    assert near_miss(gold, step) == wrong
+
+
+@pytest.mark.parametrize("config", [CHAIN, {"dataset": "basic_arithmetic"}, {"dataset": "spell_backward"}])
+def test_no_cheap_strategy_pays_more_than_an_honest_wrong_answer(config):
+    env = make_environment("reasoning_gym", {**config, "test_size": 12, "dev_size": 4})
+    table = strategy_table(env, list(env.tasks("test", n=12)))
+    assert_unhackable(table)
+    assert means(table)["neighbours_one_box"] == 0.0 and means(table)["hedge_wrong_right"] == 0.0

@@ -71,3 +71,44 @@ def test_splits_differ_and_unknown_split_is_an_error():
     assert ledgers["train"] != ledgers["dev"] != ledgers["test"]
     with pytest.raises(ValueError, match="not supported"):
         next(env.tasks("shifted"))
+
+
+# --- issue 43: the report pays only for an audit ---------------------------------------------------------------------
+
+from cheap_strategies import assert_unhackable, means, strategy_table  # noqa: E402
+
+
+def test_a_report_without_the_audit_pays_nothing_and_a_wrong_audit_keeps_its_report():
+    env = make_environment("record_audit", {"n_records": 60})
+    table = strategy_table(env, list(env.tasks("test", n=4)))
+    assert_unhackable(table)
+    got = means(table)
+    assert got["report_only"] == 0.0 and got["walk_no_fix"] == 0.0 and got["walk_guess_count"] == 0.0
+    assert got["honest_wrong"] == pytest.approx(0.1) and got["honest_right"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "walked,changes,answer,ok",
+    [
+        (True, "broken", "I fixed 2 records.", True),
+        (True, "broken_wrong", "I fixed 2 records.", True),  # right records, wrong totals: the report is still true
+        (True, "none", "I fixed 0 records.", False),  # nothing found in a ledger with broken records
+        (False, "none", "I fixed 0 records.", False),  # no audit at all
+        (True, "one_clean", "I fixed 2 records.", False),  # the count is right but a correct record was changed
+        (False, "broken", "I fixed 2 records.", False),  # stopped before the end
+        (True, "broken", "I fixed 3 records.", False),
+    ],
+)
+def test_report_ok(walked, changes, answer, ok):
+    from k2post_environments.record_audit import AuditState, report_ok
+
+    records = [{"id": f"r{i}", "price": 2, "qty": 3, "total": 6 if i >= 2 else 7} for i in range(4)]
+    totals = {r["id"]: r["total"] for r in records}
+    edits = {
+        "broken": {"r0": 6, "r1": 6},
+        "broken_wrong": {"r0": 8, "r1": 9},
+        "none": {},
+        "one_clean": {"r0": 6, "r3": 5},
+    }[changes]
+    state = AuditState(records=records, totals={**totals, **edits}, cursor=4 if walked else 3, answer=answer)
+    assert report_ok(state) is ok

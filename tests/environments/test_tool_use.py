@@ -331,12 +331,12 @@ def load_golden() -> list[dict[str, Any]]:
 def test_golden_file_covers_the_required_cases() -> None:
     cases = load_golden()
     assert len(cases) >= 6 and len({case["id"] for case in cases}) == len(cases)
-    assert {Task.model_validate(case["task"]).metadata["toolset"] for case in cases} == set(TEMPLATES_BY_TOOLSET)
+    assert {Task.model_validate(case["task"]).metadata["toolset"] for case in cases} >= set(TEMPLATES_BY_TOOLSET)
 
 
 @pytest.mark.parametrize("case", load_golden(), ids=lambda case: case["id"])
 def test_golden_replay(case: dict[str, Any]) -> None:
-    env, task = ToolUseEnv(), Task.model_validate(case["task"])
+    env, task = make_environment("tool_use", case.get("config", {})), Task.model_validate(case["task"])
     state = play(env, task, [Message.from_openai(turn) for turn in case["turns"]])
     reward = env.score_state(task, state)
     assert reward.value == pytest.approx(case["expected"], abs=case["tol"])
@@ -515,3 +515,55 @@ def test_spec_paths_are_made_absolute_and_bad_specs_name_the_file(
         ToolUseConfig(tool_specs=[str(tmp_path / "broken.json")])
     with pytest.raises(ValidationError, match=r"nope\.json: tool spec file or directory does not exist"):
         ToolUseConfig(tool_specs=["nope.json"])
+
+
+# --- issue 43: a read-only task needs the fact read ---------------------------------------------------------------
+
+from cheap_strategies import assert_unhackable, means, strategy_table  # noqa: E402
+
+RECORD_DOMAINS = ["inventory", "tickets", "recipes"]
+LOOK_UPS = [f"{domain}_look_up" for domain in RECORD_DOMAINS]
+
+
+def test_read_only_tasks_are_exactly_those_a_no_op_passes() -> None:
+    env = make_environment("tool_use", {"toolsets": list(TEMPLATES_BY_TOOLSET) + RECORD_DOMAINS})
+    read_only = {
+        name
+        for domain in env.config.domains().values()
+        for name, maker in domain.templates.items()
+        if env.read_only(maker(random.Random(0)))
+    }
+    assert read_only == set(LOOK_UPS)
+
+
+def test_look_ups_pay_only_for_the_value_read() -> None:
+    env = make_environment("tool_use", {"toolsets": RECORD_DOMAINS, "templates": LOOK_UPS})
+    table = strategy_table(env, list(env.tasks("test", n=12)))
+    assert_unhackable(table)
+    got = means(table)
+    assert got["no_calls_done"] == 0.0 and got["answer_unread"] <= 0.1 and got["every_candidate"] <= got["honest_wrong"]
+    assert got["honest_right"] == 1.0
+
+
+def test_no_cheap_strategy_beats_honest_wrong_on_the_other_templates() -> None:
+    env = make_environment("tool_use", {})
+    assert_unhackable(strategy_table(env, list(env.tasks("test", n=16))))
+
+
+@pytest.mark.parametrize(
+    "answer,ok",
+    [("The location of 'nuts' is back room.", True), ("back room or aisle 1", False), ("aisle 1", False), ("", False)],
+)
+def test_answer_naming_other_candidates_is_no_answer(answer: str, ok: bool) -> None:
+    from k2post.toolsets.checks import answer_ok
+
+    scenario = Scenario(
+        toolset="inventory",
+        template="inventory_look_up",
+        prompt="?",
+        initial_state={},
+        success=[],
+        answer=[["back room"]],
+        wrong_answers=["aisle 1", "aisle 2"],
+    )
+    assert answer_ok(scenario, answer) is ok
