@@ -23,7 +23,7 @@ import abc
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from k2post.chat.types import Message, ToolSpec
 from k2post.config.base import K2Config
@@ -41,6 +41,19 @@ class Reward(BaseModel):
     error: str | None = Field(
         None, description="Set when scoring failed (exception, timeout); value is then the env's reward_range minimum."
     )
+    infra_failure: bool = Field(
+        False,
+        description="The scoring failed for a reason outside the response (a reward worker died, the sandbox could "
+        "not start, the pool's own timeout): the value says nothing about the response. Re-scored once; if it fails "
+        "again the episode is left out of training and counted (reward/infra_failures), never trained on as 0. "
+        "Needs `error`. A failure the response causes (junk output, a forged record) is a failed response instead.",
+    )
+
+    @model_validator(mode="after")
+    def _infra_needs_error(self) -> Reward:
+        if self.infra_failure and self.error is None:
+            raise ValueError("infra_failure=True needs the error text: set error to what failed")
+        return self
 
 
 class Task(BaseModel):

@@ -6,6 +6,11 @@ name + config dict and keeps it; an exception becomes `Reward(value=<reward_rang
 error="ValueError: ...")`, a hang becomes `error="timeout after 5.0s"` and the worker (with its
 process group) is killed and replaced. The run never crashes on a bad response.
 
+Infrastructure failures are not rewards: a worker that dies mid-job, the pool's own timeout, or a reward the env
+marks `infra_failure` (its sandbox could not start) says nothing about the response. Such an item is re-scored
+once (`PoolStats.rescored`); if it fails again its reward keeps `infra_failure=True` (`PoolStats.infra_failures`)
+and the RL loop leaves it out of training and counts it (docs/RL.md), never trains on it as 0.
+
     with RewardPool(num_workers=2, timeout_s=5.0) as pool:
         rewards = pool.score_batch([("math", {}, task, "\\boxed{4}"), ...])
         print(pool.stats.scores_per_s)
@@ -93,6 +98,8 @@ class PoolStats:
     errors: int = 0
     timeouts: int = 0
     restarts: int = 0
+    rescored: int = 0
+    infra_failures: int = 0
     busy_s: float = 0.0
 
     @property
@@ -122,9 +129,27 @@ def error_text(err: BaseException, limit: int = ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def failed(floor: float, error: str) -> Reward:
-    """The reward of a failed scoring call: the env's minimum, with the error recorded."""
-    return Reward(value=floor, error=error)
+def failed(floor: float, error: str, infra: bool = False) -> Reward:
+    """The reward of a failed scoring call: the env's minimum, with the error recorded (`infra`: the failure is
+    the infrastructure's, not the response's)."""
+    return Reward(value=floor, error=error, infra_failure=infra)
+
+
+def infra_indices(rewards: Sequence[Reward]) -> list[int]:
+    """Positions of the rewards whose scoring failed for an infrastructure reason."""
+    return [i for i, reward in enumerate(rewards) if reward.infra_failure]
+
+
+def rescore_infra(score: Any, items: list[ScoreItem], rewards: list[Reward], stats: PoolStats) -> list[Reward]:
+    """`rewards` with every infrastructure failure re-scored once by `score(items)`; what fails again keeps its
+    `infra_failure` flag (counted in `stats.infra_failures`)."""
+    again = infra_indices(rewards)
+    if again:
+        stats.rescored += len(again)
+        for index, reward in zip(again, score([items[i] for i in again])):
+            rewards[index] = reward
+    stats.infra_failures += len(infra_indices(rewards))
+    return rewards
 
 
 def reward_floor(name: str) -> float:
@@ -340,15 +365,21 @@ class DirectScorer:
                 env, _ = self.envs.get(item.env, item.config)
                 return score_item(env, item)
         except Exception as err:  # junk output must not crash the caller; ScoreTimeout included
-            return failed(reward_floor(item.env), scorer_error_text(err, env, scorer_method(item)))
+            text = scorer_error_text(err, env, scorer_method(item))
+            return failed(reward_floor(item.env), text, infra=isinstance(err, ScoreTimeout))
 
     def score_batch(self, items: Iterable[ScoreItem | Sequence[Any]]) -> list[Reward]:
+        """Rewards in input order; infrastructure failures (the time limit) re-scored once (`rescore_infra`)."""
         start = time.perf_counter()
-        rewards = [self.score(item) for item in items]
+        listed = [as_item(item) for item in items]
+        rewards = rescore_infra(self._score_all, listed, self._score_all(listed), self.stats)
         self.stats.busy_s += time.perf_counter() - start
         self.stats.scored += len(rewards)
         self.stats.errors += sum(r.error is not None for r in rewards)
         return rewards
+
+    def _score_all(self, items: list[ScoreItem]) -> list[Reward]:
+        return [self.score(item) for item in items]
 
 
 # ---------------------------------------------------------------- worker process side
@@ -542,8 +573,9 @@ class RewardPool:
             if not self._workers:
                 raise RewardPoolError("the reward pool is closed")
             start = time.perf_counter()
+            listed = [as_item(item) for item in items]
             try:
-                rewards = self._run([as_item(item) for item in items])
+                rewards = rescore_infra(self._run, listed, self._run(listed), self.stats)
             except BaseException:  # Ctrl-C, start failure: no stale job may leak into the next batch
                 self._abandon_jobs()
                 raise
@@ -585,7 +617,7 @@ class RewardPool:
         while queue or any(w.job for w in self._workers):
             self._dispatch(queue, items, results)
             self._poll(items, results)
-        return [r if r is not None else failed(0.0, "internal error: no result") for r in results]
+        return [r if r is not None else failed(0.0, "internal error: no result", infra=True) for r in results]
 
     def _dispatch(self, queue: deque[int], items: list[ScoreItem], results: list[Reward | None]) -> None:
         for worker in list(self._workers):
@@ -655,7 +687,8 @@ class RewardPool:
         code = worker.proc.exitcode
         if worker.job is not None:
             job, worker.job = worker.job, None
-            results[job.index] = failed(self._floor(items[job.index]), f"reward worker died (exit code {code})")
+            what = f"reward worker died (exit code {code})"
+            results[job.index] = failed(self._floor(items[job.index]), what, infra=True)
         elif not worker.ready:
             self._start_failed(f"exit code {code}")
         self._replace(worker)
@@ -670,7 +703,7 @@ class RewardPool:
         what = f"timeout after {self.timeout_s}s"
         if building:
             what = f"environment setup timed out after {self.setup_timeout_s}s"
-        results[job.index] = failed(self._floor(items[job.index]), what)
+        results[job.index] = failed(self._floor(items[job.index]), what, infra=True)
         self.stats.timeouts += 1
         self._replace(worker)
 

@@ -92,7 +92,7 @@ def score_items(
 
 def summarize(episodes: Sequence[Any], rewards: Sequence[Any], threshold: float) -> dict[str, dict[str, float]]:
     """Per environment: n, accuracy (reward >= threshold), mean reward, truncation rate, mean response tokens,
-    errors.
+    errors, and how many of them were infrastructure failures (scored again once by the pool, failed again).
     """
     out: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(e.env_name for e in episodes):
@@ -106,6 +106,7 @@ def summarize(episodes: Sequence[Any], rewards: Sequence[Any], threshold: float)
             "response_tokens_mean": sum(sum(e.loss_mask) for e, _ in pairs) / n,
             "reward_errors": sum(r.error is not None for _, r in pairs),
             **best_baseline([r for _, r in pairs]),
+            "reward_infra_failures": sum(bool(getattr(r, "infra_failure", False)) for _, r in pairs),
         }
     return out
 

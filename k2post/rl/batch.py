@@ -17,7 +17,7 @@ and ranks may cut groups anywhere (`micro_loss_scale` gives each micro-batch's f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -66,6 +66,7 @@ class Sample:
     context: dict[str, int] = field(default_factory=dict)  # `episode_context_stats` (windows, elisions, ...)
     checkpoint_pass_rate: float | None = None  # the env's `Reward.info["checkpoint_pass_rate"]`, when it reports one
     temperature: float = 1.0  # the sampling temperature of every token of the episode (it decays over iterations)
+    infra_failure: bool = False  # its scoring failed for an infrastructure reason (after a re-score): never trained on
 
     @property
     def response_tokens(self) -> int:
@@ -88,6 +89,8 @@ class TrainSequence:
     routing: Any = None  # routing_replay: engine experts per token, int16 [len(token_ids), moe_layers, top_k]
     extra_window: bool = False  # an earlier window of the episode whose main row precedes it (same advantage)
     temperature: float = 1.0  # the sampling temperature: pi_old and pi_theta are softmax(logits / temperature)
+    scored: bool = True  # false: an episode whose scoring failed (infrastructure): kept for the batch's shape only,
+    # always masked (keep=False: no loss, no gradient, not in N) and left out of its group's mean
 
 
 class GroupBook:
@@ -135,10 +138,26 @@ class GroupBook:
         return taken
 
 
+MIN_SCORED = 2
+"""A group needs this many scored episodes (infrastructure failures left out) to be trained on: the mean baseline
+of one episode is itself."""
+
+
+def scored(group: Sequence[Sample]) -> list[Sample]:
+    """The group's episodes whose reward was computed (infrastructure failures left out)."""
+    return [sample for sample in group if not sample.infra_failure]
+
+
+def trainable(group: Sequence[Sample]) -> bool:
+    """Whether enough of the group was scored to train on it (`MIN_SCORED`)."""
+    return len(scored(group)) >= MIN_SCORED
+
+
 def shaped_rewards(
     group: Sequence[Sample], budget: BudgetConfig, length: LengthPenaltyConfig, iteration: int, threshold: float
 ) -> list[float]:
-    """Rewards of one group after budget control (truncated -> penalty) and the optional length reward."""
+    """Rewards of one group after budget control (truncated -> penalty) and the optional length reward. Give it
+    the scored episodes only (`scored`): an infrastructure failure's 0 is no reward."""
     rewards = apply_budget([s.reward for s in group], [s.truncated for s in group], budget)
     if length.enabled:
         correct = [s.reward >= threshold for s in group]
@@ -184,11 +203,16 @@ def sample_rows(sample: Sample, advantage: float) -> list[TrainSequence]:
 
 def step_sequences(groups: Sequence[Sequence[Sample]], rewards: Sequence[Sequence[float]]) -> list[TrainSequence]:
     """The sequences of one optimizer step, with their advantages (group order kept; an elided episode's earlier
-    windows right after its main row)."""
+    windows right after its main row). `rewards`: per group, the shaped rewards of its scored episodes; an
+    infrastructure failure keeps its place (the step's shape) as rows with `scored=False`, advantage 0."""
     rows = []
     for group, group_rewards in zip(groups, rewards):
-        for sample, advantage in zip(group, group_advantages_of(group_rewards)):
-            rows += sample_rows(sample, advantage)
+        advantages = iter(group_advantages_of(group_rewards))
+        for sample in group:
+            if sample.infra_failure:
+                rows += [replace(row, scored=False, keep=False) for row in sample_rows(sample, 0.0)]
+            else:
+                rows += sample_rows(sample, next(advantages))
     return rows
 
 

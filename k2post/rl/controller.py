@@ -114,9 +114,9 @@ def _correct_episode(
     for row, row_tokens in zip(rows, tokens):
         row_weights = weights[start : start + len(row_tokens)]
         start += len(row_tokens)
-        row.keep, row.token_weights = keep, row_weights if cfg.enabled else None
+        row.keep, row.token_weights = keep and row.scored, row_weights if cfg.enabled else None
         terms.append(weighted_sum(row_tokens, row_weights))
-    return keep
+    return keep and all(row.scored for row in rows)
 
 
 def step_consistency(
@@ -265,6 +265,7 @@ def to_sample(episode: Any, reward: Any) -> rb.Sample:
         context=episode_context_stats(episode),
         checkpoint_pass_rate=checkpoint_rate(reward),
         temperature=sampled_temperature(episode),
+        infra_failure=bool(getattr(reward, "infra_failure", False)),
         **episode_tool_stats(episode),
     )
 
@@ -282,6 +283,7 @@ class RLRun:
         self.trainers = self.rollouts = self.reward_pool = self.log = None
         self.ledger: dict[str, list[str]] = {}  # this iteration's ids: prompts drawn, episodes finished, groups trained
         self.perf: PerfModel | None = None  # FLOPs per token and peak FLOP/s of `perf/mfu` (None: no MFU)
+        self.infra_dropped = 0  # this iteration's groups with fewer than 2 scored episodes (infrastructure failures)
 
     # ------------------------------------------------------------------ setup
 
@@ -416,11 +418,13 @@ class RLRun:
         before = len(self.state.book.ready)
         completed = self.state.book.add(samples)
         for group in self.state.book.ready[before:]:
-            first = group[0]
+            first, kept = group[0], rb.scored(group)
             self.state.group_replica.pop(first.group_id, None)
-            self.prompts.group_done(
-                first.env_name, first.task_id, [s.response_text for s in group], [s.reward for s in group]
-            )
+            if kept:
+                self.prompts.group_done(
+                    first.env_name, first.task_id, [s.response_text for s in kept], [s.reward for s in kept]
+                )
+        self.infra_dropped += self.state.book.discard(rb.trainable)
         return completed
 
     def _drop_uniform(self, iteration: int) -> dict[str, Any]:
@@ -437,7 +441,7 @@ class RLRun:
 
     def _shaped(self, group: list[rb.Sample], iteration: int) -> list[float]:
         return rb.shaped_rewards(
-            group, self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold
+            rb.scored(group), self.cfg.budget, self.cfg.length_penalty, iteration, self.cfg.reward.success_threshold
         )
 
     def _step_batch(
@@ -564,10 +568,12 @@ class RLRun:
     def rollout_metrics(self, samples: list[rb.Sample]) -> dict[str, float]:
         if not samples:
             return {"rollout/finished": 0}
-        n = len(samples)
+        n, kept = len(samples), rb.scored(samples)
         row = {
             "rollout/finished": n,
-            "reward/mean": sum(s.reward for s in samples) / n,
+            "reward/mean": sum(s.reward for s in kept) / max(len(kept), 1),
+            "reward/infra_failures": n - len(kept),
+            "reward/infra_dropped_groups": self.infra_dropped,
             "rollout/response_tokens_mean": sum(s.response_tokens for s in samples) / n,
             "rollout/truncation_rate": sum(s.truncated for s in samples) / n,
             "rollout/reasoning_tokens_mean": sum(s.reasoning_tokens for s in samples) / n,
@@ -575,7 +581,7 @@ class RLRun:
             "rollout/reward_errors": sum(s.reward_error is not None for s in samples),
         }
         for name in self.envs:
-            mine = [s.reward for s in samples if s.env_name == name]
+            mine = [s.reward for s in kept if s.env_name == name]
             if mine:
                 row[f"reward/{name}"] = sum(mine) / len(mine)
         return row | agentic_metrics(samples, self.cfg.reward.success_threshold)
@@ -584,6 +590,7 @@ class RLRun:
         """One full iteration (steps 1-7); returns its metrics row."""
         timer, row = PhaseTimer(), {"iteration": iteration + 1}
         self.ledger = {"drawn": [], "finished": [], "trained": []}
+        self.infra_dropped = 0
         with timer("rollout"):
             episodes = self.roll_out(iteration)
         with timer("reward"):

@@ -489,7 +489,12 @@ class AgenticRollout:
 
 def score_episode(env: Environment, episode: Episode) -> Reward:
     """The episode's reward; a scorer that raises, or returns a value outside the env's reward_range, gives the
-    env's minimum reward with the error."""
+    env's minimum reward with the error. An infrastructure failure (`Reward.infra_failure`) is re-scored once."""
+    reward = _score_once(env, episode)
+    return _score_once(env, episode) if reward.infra_failure else reward
+
+
+def _score_once(env: Environment, episode: Episode) -> Reward:
     method = "score_state" if isinstance(env, MultiTurnEnvironment) else "score"
     scorer = f"{type(env).__name__}.{method}"
     try:

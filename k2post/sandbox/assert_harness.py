@@ -1,15 +1,20 @@
 """Probe harness that runs *inside* the sandbox as main.py (stdlib only, never imported by the trainer).
 
 It computes values, never verdicts. Inputs in the sandbox work dir: `solution.py` (the candidate code)
-and `tests.json` (`{"tests": [[probe source, ...] per test], "timeout_s": seconds per step}`, the
-candidate-side expressions of each assert test, split off by `k2post.sandbox.trusted_asserts`; the
-expected values stay in the trusted process); the first stdin line is a nonce. The solution is executed
+and `tests.json` (`{"tests": [[probe source or null, ...] per test], "modules": [stdlib names],
+"timeout_s": seconds per step}`, the candidate-side expressions of each assert test, split off by
+`k2post.sandbox.trusted_asserts`, null where another run computes the value; the expected values stay in
+the trusted process); the first stdin line is a nonce. The code gym also runs this harness with an empty
+solution to compute a task's *clean* probes (expected sides that call builtins, `list(range(3))`) where
+no candidate code exists; `modules` are imported into the namespace first. A `start` record is written
+before the solution is read: a run without it never reached the candidate (the sandbox failed). The solution is executed
 as module `solution` (so `if __name__ == "__main__":` blocks do not run), then each test's probes are
 evaluated in its namespace under a SIGALRM timer and their values written as tagged plain data
 (builtin types only, by exact type: `["i", "3"]`, `["l", [...]]`; anything else fails the test). The
 program's own stdout/stderr go to /dev/null; records go to the original stdout, one line per step, each
 prefixed by the nonce and written as soon as it is known:
 
+    <nonce> {"step": "start"}
     <nonce> {"step": "load", "ok": true, "error": null}
     <nonce> {"step": 0, "ok": true, "values": [["s", "olleh"]]}
     <nonce> {"step": 1, "ok": false, "error": "ZeroDivisionError: division by zero"}
@@ -95,20 +100,23 @@ def make_emitter(nonce):
 
 
 def probe_values(probes, namespace):
-    """The encoded values of one test's probes (evaluated in order, in the solution's namespace)."""
-    return [encode(eval(compile(probe, "<probe>", "eval"), namespace)) for probe in probes]
+    """The encoded values of one test's probes (evaluated in order, in the solution's namespace; null stays null)."""
+    return [None if probe is None else encode(eval(compile(probe, "<probe>", "eval"), namespace)) for probe in probes]
 
 
 def main():
     nonce = sys.stdin.readline().strip()
     with open("tests.json", encoding="utf-8") as fh:
         spec = json.load(fh)
+    emit = make_emitter(nonce)
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    for name in spec.get("modules", []):
+        namespace[name] = __import__(name)
+    emit({"step": "start"})
     with open("solution.py", encoding="utf-8", errors="replace") as fh:
         solution = fh.read()
-    emit = make_emitter(nonce)
     signal.signal(signal.SIGALRM, _on_alarm)
     timeout_s = float(spec.get("timeout_s", 2.0))
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
     ok, error = run_step(lambda: exec(compile(solution, "solution.py", "exec"), namespace), timeout_s)
     emit({"step": "load", "ok": ok, "error": None if ok else error})
     if ok:

@@ -11,6 +11,11 @@ size bounds, subscripts and a few pure builtins (`abs`, `len`, `sorted`, `math.i
 candidate can reach — `__eq__` overrides, forged harness lines, patched `json` — can decide a verdict: the
 expected side never enters the sandbox, and what comes out of it is data, compared here.
 
+A probe that names none of the candidate's names, only Python's builtins and a few stdlib modules
+(`list(range(3))`, `math.factorial(20)`: expected values the evaluator here cannot run) is *clean*: the harness
+evaluates it in a namespace of its own before the solution is loaded, so a solution that shadows `range` in its
+module or patches `builtins` cannot change the expected side.
+
     split = split_assert('assert abs(to_f(37) - 98.6) < 1e-9', candidate_names={"to_f"})
     split.probes                      # ['to_f(37)']
     check_assert(split, [98.6])       # True
@@ -19,6 +24,7 @@ expected side never enters the sandbox, and what comes out of it is data, compar
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import operator
 from collections.abc import Callable
@@ -63,6 +69,12 @@ MATH_NAMES: dict[str, Any] = {
 """`math.*` the trusted side may use: every constant and function but those whose cost grows without bound
 with their arguments (a test using those keeps them on the candidate's side)."""
 TRUSTED_NAMES = frozenset(SAFE_FUNCTIONS) | {"math"}
+CLEAN_MODULES = frozenset(
+    {"math", "cmath", "itertools", "functools", "collections", "operator", "string", "re", "heapq", "bisect",
+     "fractions", "decimal", "statistics"}
+)  # fmt: skip
+"""Stdlib modules a clean probe may name (the harness imports them itself, before the solution runs)."""
+CLEAN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_")) | CLEAN_MODULES
 
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
@@ -103,10 +115,29 @@ class SplitAssert:
     source: str
     probes: tuple[str, ...]
     check: ast.expr
+    clean: tuple[bool, ...] = ()
+    """Per probe: evaluated in a clean namespace before the solution loads (it names only builtins and
+    `CLEAN_MODULES`), else in the solution's namespace after it."""
+
+    def is_clean(self, index: int) -> bool:
+        return index < len(self.clean) and self.clean[index]
 
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def free_names(node: ast.AST) -> set[str]:
+    """Names `node` reads that it does not bind itself (comprehension targets, lambda arguments, walrus)."""
+    bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    bound |= {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound
+
+
+def is_clean_probe(node: ast.AST, candidate_names: set[str] | frozenset[str]) -> bool:
+    """Whether a probe needs nothing of the candidate: it names no candidate name at all, and every name it reads
+    is a builtin or one of `CLEAN_MODULES`."""
+    return not (_names(node) & set(candidate_names)) and free_names(node) <= CLEAN_NAMES
 
 
 def _is_candidate(node: ast.AST, candidate_names: set[str]) -> bool:
@@ -146,16 +177,24 @@ class _ProbeCutter(ast.NodeTransformer):
     """Replaces each candidate sub-expression the trusted evaluator cannot run by a `__probe_<i>` name."""
 
     def __init__(self, candidate_names: set[str]):
-        self.candidate_names, self.probes = candidate_names, []
+        self.candidate_names, self.probes, self.clean = candidate_names, [], []
 
     def visit(self, node: ast.AST) -> ast.AST:
-        if isinstance(node, ast.expr) and not _runs_here(node, self.candidate_names):
-            if _is_candidate(node, self.candidate_names):
-                if isinstance(node, _NOT_PLAIN):
-                    raise AssertSplitError(f"{type(node).__name__} values cannot leave the sandbox: use a list")
-                self.probes.append(ast.unparse(node))
-                return ast.copy_location(ast.Name(id=f"{PROBE_PREFIX}{len(self.probes) - 1}", ctx=ast.Load()), node)
+        if isinstance(node, ast.expr) and self._is_probe(node):
+            if isinstance(node, _NOT_PLAIN):
+                raise AssertSplitError(f"{type(node).__name__} values cannot leave the sandbox: use a list")
+            self.probes.append(ast.unparse(node))
+            self.clean.append(is_clean_probe(node, self.candidate_names))
+            return ast.copy_location(ast.Name(id=f"{PROBE_PREFIX}{len(self.probes) - 1}", ctx=ast.Load()), node)
         return self.generic_visit(node)
+
+    def _is_probe(self, node: ast.expr) -> bool:
+        """A candidate sub-expression the evaluator here cannot run, or the largest clean one it cannot run whole
+        (`list(range(3))` is cut whole: `range(3)` alone is no plain value)."""
+        names = self.candidate_names
+        if is_clean_probe(node, names) and _names(node):
+            return _is_candidate(node, names) or not _supported_here(node)
+        return not _runs_here(node, names) and _is_candidate(node, names)
 
 
 def split_assert(source: str, candidate_names: set[str] | frozenset[str] = frozenset()) -> SplitAssert:
@@ -170,9 +209,9 @@ def split_assert(source: str, candidate_names: set[str] | frozenset[str] = froze
     cutter = _ProbeCutter(set(candidate_names))
     check = cutter.visit(tree.body[0].test)
     _check_supported(check)
-    if not cutter.probes:
+    if all(cutter.clean):
         raise AssertSplitError("the assertion does not use the candidate's code")
-    return SplitAssert(source=source, probes=tuple(cutter.probes), check=check)
+    return SplitAssert(source=source, probes=tuple(cutter.probes), check=check, clean=tuple(cutter.clean))
 
 
 _SUPPORTED = (
@@ -180,6 +219,14 @@ _SUPPORTED = (
     ast.Dict, ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.IfExp, ast.keyword, ast.Load,
     ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd, *_COMPARE, *_BINARY,
 )  # fmt: skip
+
+
+def _supported_here(node: ast.AST) -> bool:
+    try:
+        _check_supported(node)
+    except AssertSplitError:
+        return False
+    return True
 
 
 def _check_supported(node: ast.AST) -> None:

@@ -135,7 +135,8 @@ class FaultyConfig(EnvConfig):
 
 @register_environment
 class ToyFaulty(Environment):
-    """Misbehaves as the response says: raise, hang, exit, sysexit, nan, notreward (a str), unpicklable,
+    """Misbehaves as the response says: raise, hang, exit, exit_once:<marker> (exit unless the marker file exists,
+    creating it), sysexit, nan, notreward (a str), unpicklable,
     child:<pidfile> (start a sleeping child, write its pid, hang), value:<float> (that reward, in range or not),
     float:<float> (that plain float, as verl / TRL reward functions return); anything else scores 1."""
 
@@ -158,6 +159,11 @@ class ToyFaulty(Environment):
             time.sleep(3600)
         if response == "exit":
             os._exit(3)
+        if response.startswith("exit_once:"):  # the worker dies the first time (a marker file remembers it)
+            marker = response[len("exit_once:") :]
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(3)
         if response == "sysexit":
             sys.exit(1)
         if response == "nan":

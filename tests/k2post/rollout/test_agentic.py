@@ -310,3 +310,28 @@ def test_single_turn_environment_takes_one_turn(engine):
         assert episode.env_turns == [] and episode.tools == []
         reward = score_episode(math_env, episode)
         assert reward.error is None and 0.0 <= reward.value <= 1.0
+
+
+class _FlakySandboxEnv:
+    """An env whose sandbox fails `failures` times (an infrastructure error), then scores 1."""
+
+    reward_range = (0.0, 1.0)
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls = failures, 0
+
+    def score(self, task, response):
+        self.calls += 1
+        if self.calls <= self.failures:
+            return Reward(value=0.0, error="sandbox failed: setup failed", infra_failure=True)
+        return Reward(value=1.0)
+
+
+@pytest.mark.parametrize("failures, value, infra, calls", [(0, 1.0, False, 1), (1, 1.0, False, 2), (2, 0.0, True, 2)])
+def test_score_episode_rescores_an_infrastructure_failure_once(failures, value, infra, calls):
+    from types import SimpleNamespace
+
+    env = _FlakySandboxEnv(failures)
+    episode = SimpleNamespace(task=None, messages=[Message(role="assistant", content="x")])
+    reward = score_episode(env, episode)  # type: ignore[arg-type]
+    assert (reward.value, reward.infra_failure, env.calls) == (value, infra, calls)

@@ -133,3 +133,31 @@ def test_decode_value_bounds_depth():
         data = ["l", [data]]
     with pytest.raises(ValueDecodeError, match="nested deeper"):
         decode_value(data)
+
+
+@pytest.mark.parametrize(
+    ("test", "names", "probes", "clean"),
+    [
+        ("assert f(3) == list(range(3))", {"f"}, ["f(3)", "list(range(3))"], [False, True]),
+        ("assert f(4) == list(reversed(range(4)))", set(), ["f(4)", "list(reversed(range(4)))"], [False, True]),
+        ("assert f(2) == [x * x for x in range(2)]", set(), ["f(2)", "[x * x for x in range(2)]"], [False, True]),
+        ("assert f(5) == math.factorial(5)", set(), ["f(5)", "math.factorial(5)"], [False, True]),
+        ("assert f(1) == sum((i for i in range(3)))", set(), ["f(1)", "sum((i for i in range(3)))"], [False, True]),
+        # a name the candidate defines is never clean, even when it shadows a builtin
+        ("assert range(3) == [0, 1, 2]", {"range"}, ["range(3)"], [False]),
+        ("assert f(range(3)) == [0]", set(), ["f(range(3))"], [False]),
+        ("assert [f(x) for x in range(2)] == [0, 1]", set(), ["[f(x) for x in range(2)]"], [False]),
+        # what the evaluator here runs stays here
+        ("assert f(3) == sorted([3, 1])", set(), ["f(3)"], [False]),
+    ],
+)
+def test_expected_sides_that_call_builtins_are_clean_probes(test, names, probes, clean):
+    """A probe that names only builtins and stdlib modules is computed apart from the candidate's code (a
+    solution shadowing `range` in its module cannot change it), and cut whole (`range(3)` alone is no value)."""
+    split = split_assert(test, names)
+    assert list(split.probes) == probes and list(split.clean) == clean
+
+
+def test_an_assertion_of_only_clean_probes_does_not_test_the_candidate():
+    with pytest.raises(AssertSplitError, match="does not use the candidate's code"):
+        split_assert("assert list(range(3)) == [0, 1, 2]")
