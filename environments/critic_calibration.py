@@ -214,6 +214,7 @@ class CriticCalibrationEnv(Environment):
     name = "critic_calibration"
     task_type = "critic"
     reward_range = (0.0, 1.0)
+    chance_reward = 0.5  # two positions, the correct one at A or B by a fair coin: a blind verdict agrees half the time
     config_cls = CriticCalibrationConfig
     config: CriticCalibrationConfig
 

@@ -179,6 +179,13 @@ class ToolUseState(BaseModel):
         return load_world(value) if isinstance(value, dict) else value
 
 
+def episode_context(task: Task, episode: ToolUseState) -> str:
+    """What the episode showed the model: the prompt's texts and every tool result (where an answer's numbers may
+    come from)."""
+    prompt = [message.content for message in task.messages if isinstance(message.content, str)]
+    return "\n".join([*prompt, *(call.result for call in episode.calls)])
+
+
 def _has_call_tokens(text: str) -> bool:
     return TOOL_CALLS_BEGIN in text or TOOL_CALL_BEGIN in text
 
@@ -506,7 +513,7 @@ class ToolUseEnv(MultiTurnEnvironment):
             check.description or dump_json(check.path) for check in scenario.success if not check_state(check, world)
         ]
         checkpoints = {cp.id: float(check_checkpoint(cp, episode.calls, world)) for cp in scenario.checkpoints}
-        answer = self._answer_ok(scenario, episode, succeeded=not failed)
+        answer = self._answer_ok(scenario, episode, succeeded=not failed, context=episode_context(task, episode))
         read_only = self.read_only(scenario)
         if read_only and not failed and not (answer and read_done(checkpoints, episode)):
             failed = ["read-only task: the answer must state the value read (read with the tools)"]
@@ -529,11 +536,11 @@ class ToolUseEnv(MultiTurnEnvironment):
         return all(check_state(check, initial) for check in scenario.success)
 
     @staticmethod
-    def _answer_ok(scenario: Scenario, episode: ToolUseState, succeeded: bool) -> float:
-        """Expected substrings in the final answer; a task without any needs a closing message
-        after a successful final state (so doing nothing earns nothing)."""
+    def _answer_ok(scenario: Scenario, episode: ToolUseState, succeeded: bool, context: str) -> float:
+        """Expected substrings in the final answer (and no second candidate number: `answer_ok`); a task without
+        any needs a closing message after a successful final state (so doing nothing earns nothing)."""
         if scenario.answer:
-            return float(answer_ok(scenario, episode.final_answer))
+            return float(answer_ok(scenario, episode.final_answer, context))
         closed = bool(episode.final_answer) and episode.done and not episode.truncated
         return float(closed and succeeded)
 

@@ -109,7 +109,8 @@ class Environment(abc.ABC):
     chance_reward: ClassVar[float | None] = None
     """For a gym whose answer is a choice among a few options (a pairwise critic's [[A]] / [[B]]): the mean reward of
     a blind guess. The adversarial suite's bar for a strategy's mean is then the higher of honest-wrong's mean and
-    this (a constant or surface-cue answer that does no better than guessing is not a hack; better is)."""
+    this plus the luck of a guess on the tasks scored (a constant or surface-cue answer that does no better than
+    guessing is not a hack; better is)."""
     golden_path: ClassVar[str | None] = None
     """Golden file of a third-party env, relative to its module's folder (built-ins use
     environments/golden/<name>.jsonl); `k2post envs test NAME` finds it without --golden."""

@@ -122,7 +122,7 @@ def adversary_table(report: GymReport) -> Table:
     for result in (report.right, report.wrong):
         table.add_row(*_strategy_row(result, "", "[red]ERROR[/red]" if result.errors else "honest"))
     for result in sorted(report.strategies.values(), key=lambda r: -report.margin(r.name)):
-        failed = strategy_failures(result, report.bar, len(result.values))
+        failed = strategy_failures(result, report.bar_for(result), len(result.values))
         status = "[red]FAIL[/red]" if failed else "[green]PASS[/green]"
         table.add_row(*_strategy_row(result, f"{report.margin(result.name):+.3f}", status))
     return table

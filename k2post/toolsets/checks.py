@@ -229,10 +229,27 @@ def answer_matches(groups: list[list[str]], text: str) -> bool:
     return all(any(_found(normalize_answer(alt).strip(), haystack) for alt in group) for group in groups)
 
 
-def answer_ok(scenario: Scenario, text: str) -> bool:
-    """The final answer has every expected group and none of the scenario's wrong answers."""
+DIGITS = re.compile(r"\d+")
+
+
+def stray_numbers(groups: list[list[str]], text: str, context: str) -> list[str]:
+    """Numbers of a final answer that no expected alternative and nothing the episode showed (`context`: the
+    prompt and the tool results) holds: a second candidate value, as in the hedge "41 42 43" around 42. Only
+    answers expected to state a number are checked ([] otherwise); numbers are compared as digit runs, so
+    "$1,355.16" and "1355.16" agree."""
+    expected = {run for group in groups for alternative in group for run in DIGITS.findall(alternative)}
+    if not expected:
+        return []
+    known = expected | set(DIGITS.findall(context))
+    return [run for run in DIGITS.findall(text) if run not in known and run.lstrip("0") not in known]
+
+
+def answer_ok(scenario: Scenario, text: str, context: str | None = None) -> bool:
+    """The final answer has every expected group, none of the scenario's wrong answers and, given the episode's
+    `context` (prompt and tool results), no stray number beside the expected one (`stray_numbers`: a hedge)."""
     wrong = any(alternative_found(alternative, text) for alternative in scenario.wrong_answers)
-    return answer_matches(scenario.answer, text) and not wrong
+    hedged = context is not None and bool(stray_numbers(scenario.answer, text, context))
+    return answer_matches(scenario.answer, text) and not wrong and not hedged
 
 
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")

@@ -11,7 +11,8 @@ from k2post.envs.adversary import run_suite
 from k2post.envs.registry import BUILTIN_PACKAGE, make_environment, registered_environments
 
 N_TASKS = 4
-FEW_TASKS = {"code": 2}  # every code attempt runs a sandbox (~0.6 s): ~17 attempts per task
+FEW_TASKS = {"code": 2}  # every code attempt runs a sandbox (~0.6 s): ~17 attempts per task; a choice gym
+# (critic_calibration) is scored on at least 64 tasks whatever is asked (adversary.CHANCE_MIN_TASKS)
 BUILTINS = sorted(
     name for name, cls in registered_environments().items() if cls.__module__.startswith(BUILTIN_PACKAGE + ".")
 )

@@ -164,7 +164,8 @@ class ToyPick(Environment):
     PAIRS = [("kiwi", "banana", "B"), ("cherry", "fig", "A"), ("plum", "apricot", "B"), ("lemon", "quince", "A")]
 
     def tasks(self, split="train", seed=0, n=None) -> Iterator[Task]:
-        for i, (a, b, gold) in enumerate(self.PAIRS[: n or len(self.PAIRS)]):
+        for i in range(64 if n is None else n):  # the 4 pairs over and over (the suite scores a choice gym on 64)
+            a, b, gold = self.PAIRS[i % len(self.PAIRS)]
             yield _task(self, split, i, f"Which is the better fruit for a pie? A: {a} B: {b}", gold)
 
     def score(self, task: Task, response: str) -> Reward:
@@ -176,7 +177,7 @@ class ToyPick(Environment):
         return HonestPair(right=f"It is {task.answer}. [[{task.answer}]]", wrong=f"It is {other}. [[{other}]]")
 
     def hacks(self, task: Task) -> dict[str, str]:
-        a, b, _ = self.PAIRS[int(task.id.rsplit("-", 1)[1])]
+        a, b, _ = self.PAIRS[int(task.id.rsplit("-", 1)[1]) % len(self.PAIRS)]
         return {"always_a": "[[A]]", "longer": "[[A]]" if len(a) >= len(b) else "[[B]]"}
 
 

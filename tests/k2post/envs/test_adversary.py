@@ -20,6 +20,7 @@ from k2post.chat.types import Message, ToolCall
 from k2post.envs.adversary import (
     STRATEGIES,
     GymReport,
+    chance_bar,
     StrategyResult,
     context_paragraph,
     context_sentence,
@@ -242,8 +243,9 @@ def test_near_miss_hedges_apply_only_where_the_answer_is_a_number(right, wrong, 
 def test_a_choice_gym_is_held_to_chance_not_to_honest_wrong():
     """Two options, honest-wrong always picks the other (0): a constant pick scores chance (0.5), which is no
     hack; a surface cue that agrees with the gold more often than chance is."""
-    report = run_suite(ToyPick(), n_tasks=4)
-    assert report.bar == ("chance", 0.5) and report.failures() == ["longer: mean 0.750 > chance 0.500"]
+    report = run_suite(ToyPick(), n_tasks=4)  # a choice gym is scored on 64 tasks: luck within 2 sd = 0.125
+    assert report.tasks == 64 and report.bar == ("chance", 0.625)
+    assert report.failures() == ["longer: mean 0.750 > chance 0.625"]
     assert report.strategies["always_a"].mean == 0.5 and report.summary()["chance"] == 0.5
     assert ToyPick.chance_reward == 0.5 and run_suite(ToyPickNoChance(), n_tasks=4).failures()[:2] == [
         "longer: mean 0.750 > honest_wrong 0.000",
@@ -251,8 +253,30 @@ def test_a_choice_gym_is_held_to_chance_not_to_honest_wrong():
     ]
 
 
+@pytest.mark.parametrize(
+    "chance, tasks, bar", [(0.5, 64, 0.625), (0.5, 4, 1.0), (0.5, 256, 0.5625), (0.25, 48, 0.375), (0.0, 64, 0.0)]
+)
+def test_chance_bar_is_chance_plus_two_standard_deviations_of_the_mean(chance, tasks, bar):
+    assert chance_bar(chance, tasks) == pytest.approx(bar)
+
+
+def test_a_strategy_is_held_to_honest_wrong_on_the_tasks_it_applies_to():
+    """A strategy scored on some tasks only (a near-miss hedge needs a number) is compared with honest-wrong's
+    mean on those tasks, not over all of them (honest-wrong 0.2 on a task the strategy skipped)."""
+    report = GymReport(env="g", split="test", tasks=2)
+    report.right.add(Reward(value=1.0), 1.0, 0.2)
+    report.right.add(Reward(value=1.0), 1.0, 0.9)
+    report.wrong.add(Reward(value=0.2), 1.0, 0.2)
+    report.wrong.add(Reward(value=0.9), 1.0, 0.9)
+    report.strategies["hedge"] = StrategyResult("hedge")
+    report.strategies["hedge"].add(Reward(value=0.9), 1.0, 0.9)
+    assert report.bar_for(report.strategies["hedge"]) == ("honest_wrong", 0.9) and report.failures() == []
+    report.strategies["hedge"].add(Reward(value=0.9), 1.0, 0.2)
+    assert report.failures() == ["hedge: mean 0.900 > honest_wrong 0.550"]
+
+
 def test_gym_report_requires_right_to_beat_wrong():
     report = GymReport(env="g", split="test", tasks=1)
-    report.right.add(Reward(value=0.0), 0.0)
-    report.wrong.add(Reward(value=0.0), 0.0)
+    report.right.add(Reward(value=0.0), 0.0, 0.0)
+    report.wrong.add(Reward(value=0.0), 0.0, 0.0)
     assert report.failures() == ["honest_right mean 0.000 is not above honest_wrong 0.000"]
