@@ -44,6 +44,7 @@ from pydantic import Field
 
 from k2post_environments.answer_extraction import SPECIAL_TOKEN
 from k2post.chat.types import Message
+from k2post.chat.untrusted import block
 from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import check_split, every_split
@@ -55,9 +56,8 @@ PROMPT = (
     "Context:\n{context}\n\nQuestion: {question}"
 )
 JUDGE_SYSTEM = "You check whether a sentence is supported by a context. Reply with yes or no."
-JUDGE_PROMPT = (
-    "Context:\n{context}\n\nSentence: {sentence}\n\nIs this sentence supported by the context? Answer yes or no."
-)
+JUDGE_PROMPT = "{context}\n\n{sentence}\n\nIs the sentence supported by the context? Answer yes or no."
+"""The context and the sentence are untrusted: each goes in its escaped block (`k2post.chat.untrusted.block`)."""
 STOPWORDS = frozenset(
     """a an the and or but if then so of to in on at by for with from into onto over under about as is are was
     were be been being am do does did doing have has had having it its it's this that these those there here
@@ -171,6 +171,11 @@ def parse_yes_no(reply: str) -> bool | None:
     return match.group(1) in ("yes", "supported")
 
 
+def judge_prompt(context: str, sentence: str) -> str:
+    """The sentence judge's user message: the context and the sentence in escaped blocks, then the question."""
+    return JUDGE_PROMPT.format(context=block("context", context), sentence=block("sentence", sentence))
+
+
 class LLMSentenceJudge:
     """Asks an `LLMClient` per sentence whether the context supports it."""
 
@@ -183,7 +188,7 @@ class LLMSentenceJudge:
     def judge(self, context: str, sentence: str, question: str = "") -> SentenceVerdict:
         messages = [
             Message(role="system", content=JUDGE_SYSTEM),
-            Message(role="user", content=JUDGE_PROMPT.format(context=context, sentence=sentence)),
+            Message(role="user", content=judge_prompt(context, sentence)),
         ]
         try:
             reply = self.client.chat(messages, **self.chat_kwargs)
