@@ -56,7 +56,7 @@ PROMPT = (
     "Context:\n{context}\n\nQuestion: {question}"
 )
 JUDGE_SYSTEM = "You check whether a sentence is supported by a context. Reply with yes or no."
-JUDGE_PROMPT = "{context}\n\n{sentence}\n\nIs the sentence supported by the context? Answer yes or no."
+JUDGE_PROMPT = "{context}\n\n{sentence}\n\nIs this sentence supported by the context? Answer yes or no."
 """The context and the sentence are untrusted: each goes in its escaped block (`k2post.chat.untrusted.block`)."""
 STOPWORDS = frozenset(
     """a an the and or but if then so of to in on at by for with from into onto over under about as is are was
