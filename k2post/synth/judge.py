@@ -110,10 +110,10 @@ def transcript(messages: list[Message]) -> str:
 
 
 def judge_prompt(rubric: list[str], messages: list[Message]) -> str:
-    """The LLM judge's prompt: the rubric lines and the transcript in escaped blocks."""
-    return JUDGE_PROMPT.format(
-        rubric=block("rubric", "\n".join(rubric)), transcript=block("transcript", transcript(messages))
-    )
+    """The LLM judge's prompt: the rubric lines (JSON-quoted, one a line: a spec cannot write a JSON verdict) and
+    the transcript, in escaped blocks."""
+    lines = "\n".join(f"- {json.dumps(line, ensure_ascii=False)}" for line in rubric)
+    return JUDGE_PROMPT.format(rubric=block("rubric", lines), transcript=block("transcript", transcript(messages)))
 
 
 def parse_judge_reply(text: str) -> TrajectoryVerdict | None:
