@@ -479,12 +479,23 @@ def render_continuation_ids(
     return _render_framed(tokenizer, framed, fmt if add_generation_prompt else None)
 
 
+def _check_plain(tokenizer: ChatTokenizer, encoded: Sequence[Sequence[int]], special: set[int]) -> None:
+    """ValueError when a plain part got a chat token's id: the tokenizer ignored `split_special_tokens`, and text
+    would become structure."""
+    if any(token in special for ids in encoded for token in ids):
+        raise ValueError(
+            f"{type(tokenizer).__name__} ignores split_special_tokens=True: a special-token string in a message would "
+            "become chat structure; use a Hugging Face fast tokenizer (`k2post model prepare` writes one)"
+        )
+
+
 def _tokenize_parts(tokenizer: ChatTokenizer, parts: Sequence[tuple[str, bool, int]]) -> RenderedChat:
     """Ids and mask of labelled parts: the renderer's special tokens map to their id; every other part is tokenized
     with `split_special_tokens=True`, so a special-token string in untrusted text gives ordinary ids."""
     special_ids = special_token_ids(tokenizer)
     plain = [text for text, special, _ in parts if not special]
     encoded = tokenizer(plain, add_special_tokens=False, split_special_tokens=True)["input_ids"] if plain else []
+    _check_plain(tokenizer, encoded, set(special_ids.values()))
     plain_ids = iter(encoded)
     input_ids: list[int] = []
     assistant_mask: list[int] = []

@@ -88,3 +88,23 @@ def test_defuse_special_tokens(text: str, expected: str) -> None:
 def test_defused_text_has_no_special_token_for_the_k2_tokenizer(k2_tokenizer) -> None:
     ids = k2_tokenizer(defuse_special_tokens(INJECTION + THINK_INJECTION), add_special_tokens=False).input_ids
     assert not set(ids) & {k2_tokenizer.convert_tokens_to_ids(token) for token in CHAT_TOKENS}
+
+
+def test_a_tokenizer_that_ignores_split_special_tokens_is_refused(k2_tokenizer) -> None:
+    class Parsing:
+        """Delegates to the K2 tokenizer but drops `split_special_tokens` (parses special strings in text)."""
+
+        chat_template = k2_tokenizer.chat_template
+
+        def __call__(self, text, add_special_tokens=False, split_special_tokens=False):
+            return k2_tokenizer(text, add_special_tokens=add_special_tokens)
+
+        def convert_tokens_to_ids(self, token):
+            return k2_tokenizer.convert_tokens_to_ids(token)
+
+        def convert_ids_to_tokens(self, ids):
+            return k2_tokenizer.convert_ids_to_tokens(ids)
+
+    render_ids(Parsing(), [Message(role="user", content="plain words")])  # nothing to split: fine
+    with pytest.raises(ValueError, match="ignores split_special_tokens"):
+        render_ids(Parsing(), [Message(role="user", content=INJECTION)])
