@@ -42,9 +42,9 @@ CHAT_TOKENS: tuple[str, ...] = (
 )
 """The tokens the chat template writes: each must be one id (`k2post model prepare` adds the missing ones)."""
 
-TOKEN_SHAPED = re.compile(r"<([|｜])([^<>|｜\s]{1,64})([|｜])>|<(/?think)>", re.IGNORECASE)
-"""Special-token-shaped strings: `<|name|>` (K2, Qwen, Llama 3, Phi, ...), DeepSeek's `<｜name｜>`, and the think
-tags."""
+TOKEN_SHAPED = re.compile(r"<([|｜])([^<>|｜\s]{1,64})([|｜])>|<(/?think|start_of_turn|end_of_turn)>", re.IGNORECASE)
+"""Special-token-shaped strings: `<|name|>` (K2, Qwen, Llama 3, Phi, ...), DeepSeek's `<｜name｜>`, Gemma's
+`<start_of_turn>` / `<end_of_turn>`, and the think tags."""
 
 
 def defuse_special_tokens(text: str) -> str:
