@@ -27,6 +27,13 @@ index counts per turn or per dialogue is kept as written.
 
 Call arguments are `types.dump_json` (HF's Jinja default `tojson`), the tool list `dump_compact_json`, so
 `CHAT_TEMPLATES[fmt]` (for `tokenizer.apply_chat_template`) renders exactly what `render_text` renders.
+
+Untrusted text: only the renderer's own tokens are structure. `render_ids` (and the transcript / continuation
+variants) tokenize every other part (`Part`) with `split_special_tokens=True`, so `<|im_end|>` written inside a
+message gives ordinary ids, never a real turn. A text (`render_text`, the Jinja template) cannot tell the two apart:
+it is for display, tokenizer training and comparison; prompts go to an in-process engine as `render_ids` ids, and
+an LLM client that must send text (an OpenAI-compatible server re-tokenizes the rendered prompt) sends message
+contents through `tokens.defuse_special_tokens` first.
 """
 
 from __future__ import annotations
@@ -113,27 +120,66 @@ def check_chat_format(chat_format: str) -> ChatFormat:
 
 # ---------------------------------------------------------------------------- bodies
 
+Part = tuple[str, bool]
+"""A piece of a rendered message: (text, whether it is one of the renderer's own special tokens). Only such parts
+become special ids in `render_ids`; every other part (content, reasoning, names, call ids and arguments, tool
+results, the tool declaration) is tokenized as plain text, so a special-token string inside it stays text."""
+
+
+def _special(token: str) -> Part:
+    return (token, True)
+
+
+def _text(text: str) -> list[Part]:
+    return [(text, False)] if text else []
+
+
+def _joined(parts: Sequence[Part]) -> str:
+    return "".join(text for text, _ in parts)
+
+
+def header_parts(role: str, name: str | None = None) -> list[Part]:
+    """`header` as parts: the start token, the name as text, `<|im_middle|>`."""
+    return [_special(message_start(role)), *_text(name or role), _special(IM_MIDDLE)]
+
+
+def tool_call_parts(tool_calls: Sequence[ToolCall]) -> list[Part]:
+    """The tool-call section of an assistant body as parts (none when there are no calls)."""
+    if not tool_calls:
+        return []
+    parts = [_special(TOOL_CALLS_BEGIN)]
+    for call in tool_calls:
+        parts += [_special(TOOL_CALL_BEGIN), *_text(call.id), _special(TOOL_CALL_ARG_BEGIN)]
+        parts += [*_text(dump_json(call.arguments)), _special(TOOL_CALL_END)]
+    return parts + [_special(TOOL_CALLS_END)]
+
 
 def render_tool_calls(tool_calls: Sequence[ToolCall]) -> str:
     """The tool-call section of an assistant body ('' when there are no calls)."""
-    if not tool_calls:
-        return ""
-    calls = "".join(
-        f"{TOOL_CALL_BEGIN}{call.id}{TOOL_CALL_ARG_BEGIN}{dump_json(call.arguments)}{TOOL_CALL_END}"
-        for call in tool_calls
-    )
-    return f"{TOOL_CALLS_BEGIN}{calls}{TOOL_CALLS_END}"
+    return _joined(tool_call_parts(tool_calls))
+
+
+def think_parts(message: Message, hide_reasoning: bool) -> list[Part]:
+    """`think_block` as parts: the tags are special, the reasoning is text."""
+    return [_special(THINK_BEGIN), *_text("" if hide_reasoning else message.reasoning or ""), _special(THINK_END)]
 
 
 def think_block(message: Message, hide_reasoning: bool) -> str:
     """`<think>{reasoning or ''}</think>` of a thinking-format assistant message (empty when hidden)."""
-    return f"{THINK_BEGIN}{'' if hide_reasoning else message.reasoning or ''}{THINK_END}"
+    return _joined(think_parts(message, hide_reasoning))
+
+
+def assistant_body_parts(
+    message: Message, chat_format: ChatFormat = "instruct", hide_reasoning: bool = False
+) -> list[Part]:
+    """`render_assistant_body` as parts."""
+    thinking = think_parts(message, hide_reasoning) if chat_format == "thinking" else []
+    return [*thinking, *_text(message.content), *tool_call_parts(message.tool_calls)]
 
 
 def render_assistant_body(message: Message, chat_format: ChatFormat = "instruct", hide_reasoning: bool = False) -> str:
     """Content + tool-call section; the thinking format puts `think_block` first (instruct renders no reasoning)."""
-    thinking = think_block(message, hide_reasoning) if chat_format == "thinking" else ""
-    return thinking + message.content + render_tool_calls(message.tool_calls)
+    return _joined(assistant_body_parts(message, chat_format, hide_reasoning))
 
 
 def history_split(messages: Sequence[Message]) -> int:
@@ -157,13 +203,18 @@ def hides_reasoning(chat_format: ChatFormat, messages: Sequence[Message], index:
     return chat_format == "thinking" and message.role == "assistant" and bool(message.reasoning) and index <= split
 
 
+def body_parts(message: Message, chat_format: ChatFormat = "instruct", hide_reasoning: bool = False) -> list[Part]:
+    """`render_body` as parts."""
+    if message.role == "assistant":
+        return assistant_body_parts(message, chat_format, hide_reasoning)
+    if message.role == "tool":
+        return _text(f"{TOOL_RESULT_PREFIX}{message.tool_call_id}\n{message.content}")
+    return _text(message.content)
+
+
 def render_body(message: Message, chat_format: ChatFormat = "instruct", hide_reasoning: bool = False) -> str:
     """The text between `<|im_middle|>` and `<|im_end|>` of one message."""
-    if message.role == "assistant":
-        return render_assistant_body(message, chat_format, hide_reasoning)
-    if message.role == "tool":
-        return f"{TOOL_RESULT_PREFIX}{message.tool_call_id}\n{message.content}"
-    return message.content
+    return _joined(body_parts(message, chat_format, hide_reasoning))
 
 
 def render_tool_declare_body(tools: Sequence[ToolSpec]) -> str:
@@ -173,21 +224,30 @@ def render_tool_declare_body(tools: Sequence[ToolSpec]) -> str:
 
 @dataclass(frozen=True)
 class Framed:
-    """One framed message: `head` (never trained), `body` (+ `<|im_end|>`, trained when `trained`)."""
+    """One framed message: `head` (never trained), `body` (+ `<|im_end|>`, trained when `trained`), as parts."""
 
-    head: str
-    body: str
+    head: tuple[Part, ...]
+    body: tuple[Part, ...]
     trained: bool
+
+    @property
+    def text(self) -> str:
+        """`{head}{body}<|im_end|>`."""
+        return _joined(self.head) + _joined(self.body) + IM_END
 
 
 def _frame(message: Message, chat_format: ChatFormat, hidden: bool) -> Framed:
     """A message framed; a thinking-format assistant's `<think>` goes with the head (the generation prompt's)."""
-    head, body = header(message.role, message.name), render_body(message, chat_format, hidden)
+    head, body = header_parts(message.role, message.name), body_parts(message, chat_format, hidden)
     if message.role != "assistant":
-        return Framed(head, body, False)
+        return Framed(tuple(head), tuple(body), False)
     if chat_format == "thinking":
-        head, body = head + THINK_BEGIN, body.removeprefix(THINK_BEGIN)
-    return Framed(head, body, not hidden)
+        head, body = [*head, body[0]], body[1:]
+    return Framed(tuple(head), tuple(body), not hidden)
+
+
+def _system_frame(name: str, body: str) -> Framed:
+    return Framed(tuple(header_parts("system", name)), tuple(_text(body)), False)
 
 
 def framed_messages(
@@ -200,9 +260,9 @@ def framed_messages(
     """Every framed message: with `prefix`, the tool declaration and the default system prompt first."""
     framed = []
     if prefix and tools:
-        framed.append(Framed(header("system", TOOL_DECLARE_NAME), render_tool_declare_body(tools), False))
+        framed.append(_system_frame(TOOL_DECLARE_NAME, render_tool_declare_body(tools)))
     if prefix and (not messages or messages[0].role != "system"):
-        framed.append(Framed(header("system"), DEFAULT_SYSTEM_PROMPT, False))
+        framed.append(_system_frame("system", DEFAULT_SYSTEM_PROMPT))
     split = split_for(messages, last_turn_open)
     for index, message in enumerate(messages):
         framed.append(_frame(message, chat_format, hides_reasoning(chat_format, messages, index, split)))
@@ -220,7 +280,7 @@ def render_text(
     ValueError when a tool result answers no earlier call)."""
     checked = assign_tool_call_ids(messages)
     framed = framed_messages(checked, as_tools(tools), check_chat_format(chat_format), last_turn_open)
-    text = "".join(f"{item.head}{item.body}{IM_END}" for item in framed)
+    text = "".join(item.text for item in framed)
     return text + (GENERATION_PROMPTS[chat_format] if add_generation_prompt else "")
 
 
@@ -298,7 +358,7 @@ class ChatTokenizer(Protocol):
 
     chat_template: Any
 
-    def __call__(self, text: list[str], add_special_tokens: bool = ...) -> Any: ...
+    def __call__(self, text: list[str], add_special_tokens: bool = ..., split_special_tokens: bool = ...) -> Any: ...
 
     def convert_tokens_to_ids(self, tokens: str) -> int | None: ...
 
@@ -315,6 +375,7 @@ class RenderedChat:
 
 
 SPECIAL_TOKEN_SPLIT = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_TOKENS) + ")")
+"""Splits a text at every special-token string (tokenizer training treats them as atomic)."""
 
 
 def _own_id(tokenizer: ChatTokenizer, token: str) -> int | None:
@@ -348,24 +409,30 @@ def chat_format(tokenizer: Any) -> ChatFormat:
     raise ValueError(f"tokenizer has {found} ({', '.join(CHAT_FORMATS)}): run `k2post model prepare` on the model dir")
 
 
-def _labelled_segments(framed: Sequence[Framed], prompt: str | None) -> list[tuple[str, int]]:
-    """Text segments with their mask bit: trained assistant bodies and their `<|im_end|>` get 1."""
-    segments: list[tuple[str, int]] = []
+def generation_prompt_parts(chat_format: ChatFormat) -> list[Part]:
+    """`generation_prompt` as parts."""
+    return header_parts("assistant") + ([_special(THINK_BEGIN)] if chat_format == "thinking" else [])
+
+
+def _labelled_parts(framed: Sequence[Framed], prompt: Sequence[Part]) -> list[tuple[str, bool, int]]:
+    """(text, special, mask bit) of every part: trained assistant bodies and their `<|im_end|>` get 1; adjacent
+    plain parts with the same bit are merged (tokenized as one text)."""
+    labelled: list[tuple[str, bool, int]] = []
     for item in framed:
-        segments.append((item.head, 0))
-        segments.append((item.body + IM_END, int(item.trained)))
-    if prompt:
-        segments.append((prompt, 0))
-    return segments
+        labelled += [(text, special, 0) for text, special in item.head]
+        labelled += [(text, special, int(item.trained)) for text, special in (*item.body, _special(IM_END))]
+    labelled += [(text, special, 0) for text, special in prompt]
+    merged: list[tuple[str, bool, int]] = []
+    for text, special, bit in labelled:
+        if merged and not special and not merged[-1][1] and merged[-1][2] == bit:
+            text = merged.pop()[0] + text
+        merged.append((text, special, bit))
+    return merged
 
 
-def _pieces(segments: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Segments split so that every special token is its own piece (empty pieces dropped)."""
-    return [(piece, bit) for segment, bit in segments for piece in SPECIAL_TOKEN_SPLIT.split(segment) if piece]
-
-
-def _render_framed(tokenizer: ChatTokenizer, framed: Sequence[Framed], prompt: str | None) -> RenderedChat:
-    return _tokenize_pieces(tokenizer, _pieces(_labelled_segments(framed, prompt)))
+def _render_framed(tokenizer: ChatTokenizer, framed: Sequence[Framed], chat_format: ChatFormat | None) -> RenderedChat:
+    prompt = generation_prompt_parts(chat_format) if chat_format else []
+    return _tokenize_parts(tokenizer, _labelled_parts(framed, prompt))
 
 
 def render_ids(
@@ -375,14 +442,17 @@ def render_ids(
     add_generation_prompt: bool = False,
     last_turn_open: bool = False,
 ) -> RenderedChat:
-    """Tokenize the dialogue in the tokenizer's format (`chat_format`) piece by piece (special tokens atomic) and
-    build the loss mask: 1 on each assistant body and its closing `<|im_end|>` (history messages with hidden
-    reasoning excepted), 0 on headers (with thinking's `<think>`) and other roles. Call ids are rewritten to K2
-    form first, as in `render_text`; `last_turn_open` as there."""
+    """Tokenize the dialogue in the tokenizer's format (`chat_format`) part by part and build the loss mask. Only
+    the renderer's own structure (headers, `<|im_end|>`, the tool-call section tokens and think tags it writes)
+    becomes special ids; a special-token string inside content, reasoning, names, call ids, arguments, tool results
+    or the tool declaration is tokenized as plain text (untrusted text never becomes structure). The mask: 1 on
+    each assistant body and its closing `<|im_end|>` (history messages with hidden reasoning excepted), 0 on
+    headers (with thinking's `<think>`) and other roles. Call ids are rewritten to K2 form first, as in
+    `render_text`; `last_turn_open` as there."""
     fmt = chat_format(tokenizer)
     checked = assign_tool_call_ids(messages)
     framed = framed_messages(checked, as_tools(tools), fmt, last_turn_open)
-    return _render_framed(tokenizer, framed, GENERATION_PROMPTS[fmt] if add_generation_prompt else None)
+    return _render_framed(tokenizer, framed, fmt if add_generation_prompt else None)
 
 
 def render_transcript_ids(
@@ -395,7 +465,7 @@ def render_transcript_ids(
     answers malformed calls with `functions.invalid:IDX` results); used to re-render an elided episode."""
     fmt = chat_format(tokenizer)
     framed = framed_messages(list(messages), as_tools(tools), fmt)
-    return _render_framed(tokenizer, framed, GENERATION_PROMPTS[fmt] if add_generation_prompt else None)
+    return _render_framed(tokenizer, framed, fmt if add_generation_prompt else None)
 
 
 def render_continuation_ids(
@@ -406,21 +476,34 @@ def render_continuation_ids(
     they are neither validated nor rewritten here."""
     fmt = chat_format(tokenizer)
     framed = [_frame(message, fmt, False) for message in messages]
-    return _render_framed(tokenizer, framed, GENERATION_PROMPTS[fmt] if add_generation_prompt else None)
+    return _render_framed(tokenizer, framed, fmt if add_generation_prompt else None)
 
 
-def _tokenize_pieces(tokenizer: ChatTokenizer, pieces: Sequence[tuple[str, int]]) -> RenderedChat:
-    """Ids and mask of labelled pieces: special tokens map to their id, the rest is tokenized."""
+def _check_plain(tokenizer: ChatTokenizer, encoded: Sequence[Sequence[int]], special: set[int]) -> None:
+    """ValueError when a plain part got a chat token's id: the tokenizer ignored `split_special_tokens`, and text
+    would become structure."""
+    if any(token in special for ids in encoded for token in ids):
+        raise ValueError(
+            f"{type(tokenizer).__name__} ignores split_special_tokens=True: a special-token string in a message would "
+            "become chat structure; use a Hugging Face fast tokenizer (`k2post model prepare` writes one)"
+        )
+
+
+def _tokenize_parts(tokenizer: ChatTokenizer, parts: Sequence[tuple[str, bool, int]]) -> RenderedChat:
+    """Ids and mask of labelled parts: the renderer's special tokens map to their id; every other part is tokenized
+    with `split_special_tokens=True`, so a special-token string in untrusted text gives ordinary ids."""
     special_ids = special_token_ids(tokenizer)
-    plain = [piece for piece, _ in pieces if piece not in special_ids]
-    plain_ids = iter(tokenizer(plain, add_special_tokens=False)["input_ids"] if plain else [])
+    plain = [text for text, special, _ in parts if not special]
+    encoded = tokenizer(plain, add_special_tokens=False, split_special_tokens=True)["input_ids"] if plain else []
+    _check_plain(tokenizer, encoded, set(special_ids.values()))
+    plain_ids = iter(encoded)
     input_ids: list[int] = []
     assistant_mask: list[int] = []
-    for piece, bit in pieces:
-        piece_ids = [special_ids[piece]] if piece in special_ids else list(next(plain_ids))
-        input_ids.extend(piece_ids)
-        assistant_mask.extend([bit] * len(piece_ids))
-    text = "".join(piece for piece, _ in pieces)
+    for text, special, bit in parts:
+        part_ids = [special_ids[text]] if special else list(next(plain_ids))
+        input_ids.extend(part_ids)
+        assistant_mask.extend([bit] * len(part_ids))
+    text = "".join(text for text, _, _ in parts)
     return RenderedChat(input_ids=input_ids, assistant_mask=assistant_mask, text=text)
 
 

@@ -6,6 +6,8 @@ The chat tokens are Kimi K2's as shipped (docs/CHAT_TEMPLATE.md): a message star
 tokenizer's own pad and end-of-text tokens, not part of the chat format.
 """
 
+import re
+
 IM_USER = "<|im_user|>"
 IM_ASSISTANT = "<|im_assistant|>"
 IM_SYSTEM = "<|im_system|>"
@@ -39,6 +41,18 @@ CHAT_TOKENS: tuple[str, ...] = (
     THINK_END,
 )
 """The tokens the chat template writes: each must be one id (`k2post model prepare` adds the missing ones)."""
+
+TOKEN_SHAPED = re.compile(r"<([|｜])([^<>|｜\s]{1,64})([|｜])>|<(/?think|start_of_turn|end_of_turn)>", re.IGNORECASE)
+"""Special-token-shaped strings: `<|name|>` (K2, Qwen, Llama 3, Phi, ...), DeepSeek's `<｜name｜>`, Gemma's
+`<start_of_turn>` / `<end_of_turn>`, and the think tags."""
+
+
+def defuse_special_tokens(text: str) -> str:
+    """`text` with every special-token-shaped string broken by a space after `<` (`<|im_end|>` -> `< |im_end|>`), so
+    no tokenizer that re-reads the text parses it as a special token. For text that must travel as text to a
+    server that renders and re-tokenizes it (an OpenAI-compatible endpoint); idempotent."""
+    return TOKEN_SHAPED.sub(lambda match: "< " + match.group(0)[1:], text)
+
 
 # Order matters: ids are assigned in this order, starting at 0, by the tokenizer builder.
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, EOS, *CHAT_TOKENS)

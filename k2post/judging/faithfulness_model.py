@@ -95,13 +95,18 @@ def fit_source(source: str, claim: str, count_tokens: Callable[[str], int], budg
     return " ".join(sentences[i] for i in sorted(kept))
 
 
+def plain_ids(tokenizer: Any, text: str) -> list[int]:
+    """Ids of untrusted `text` (a source, a claim) as plain text: a special-token string in it gives ordinary ids."""
+    return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+
 def encode_prompt(tokenizer: Any, source: str, claim: str, max_seq_len: int, evidence_tokens: int) -> list[int]:
     """Token ids of the judge prompt: the source cut to `evidence_tokens` (and to what `max_seq_len` leaves; the
-    claim is cut only when it alone does not fit)."""
-    frame = len(tokenizer.encode(PROMPT.format(source="", sentence=claim), add_special_tokens=False))
-    count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+    claim is cut only when it alone does not fit). Source and claim are tokenized as plain text (`plain_ids`)."""
+    frame = len(plain_ids(tokenizer, PROMPT.format(source="", sentence=claim)))
+    count = lambda text: len(plain_ids(tokenizer, text))  # noqa: E731
     source = fit_source(source, claim, count, max(0, min(evidence_tokens, max_seq_len - frame)))
-    return tokenizer.encode(PROMPT.format(source=source, sentence=claim), add_special_tokens=False)[-max_seq_len:]
+    return plain_ids(tokenizer, PROMPT.format(source=source, sentence=claim))[-max_seq_len:]
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -259,7 +264,7 @@ def _schedule(warmup_steps: int) -> LRScheduleConfig:
 def _lm_step(judge: TrainedSentenceJudge, texts: Sequence[str], optimizer: torch.optim.Optimizer) -> float:
     """One next-token step on `texts` (each + end of text; padding out of the loss)."""
     eos = int(judge.tokenizer.eos_token_id)
-    seqs = [[*judge.tokenizer.encode(t, add_special_tokens=False)[: judge.max_seq_len - 1], eos] for t in texts]
+    seqs = [[*plain_ids(judge.tokenizer, t)[: judge.max_seq_len - 1], eos] for t in texts]
     ids_BT, mask_BT, _ = pad_batch(seqs, judge.pad_id)
     loss = judge.model(input_ids=ids_BT, attention_mask=mask_BT, labels=ids_BT.masked_fill(mask_BT == 0, -100)).loss
     optimizer.zero_grad(set_to_none=True)

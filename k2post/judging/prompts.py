@@ -30,10 +30,12 @@ Layout of the user message (short on purpose: tiny local judges read it):
     <the instruction, ending with: [[A]], [[B]] or [[TIE]]>
 
 The conversation, the responses and rubric texts (task rubrics come from datasets) are
-untrusted text. `escape_untrusted` neutralizes what
-could fake the frame: our delimiter tags (`<response_a>`, `</conversation>`, ...) lose their
-angle brackets (`(/response_a)`), and `[[` / `]]` become `[ [` / `] ]`, so a response cannot
-smuggle a verdict token the parser would read if the judge echoed it. The instruction comes
+untrusted text. `escape_untrusted` (`k2post.chat.untrusted`) neutralizes what could fake the
+frame: our delimiter tags (`<response_a>`, `</conversation>`, ...) lose their angle brackets
+(`(/response_a)`), `[[` / `]]` become `[ [` / `] ]`, so a response cannot smuggle a verdict
+token the parser would read if the judge echoed it, and chat special tokens are defused
+(`<|im_end|>` -> `< |im_end|>`), so a response cannot open a turn of the judge's dialogue,
+whichever client renders it. The instruction comes
 last, after both responses, and appears exactly once.
 
 `compact_judge_messages` is the same frame for very small judges (the critic_calibration gym's
@@ -43,10 +45,10 @@ last, after both responses, and appears exactly once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from k2post.chat.types import Message
+from k2post.chat.untrusted import block, escape_untrusted
 from k2post.judging.rubric import Rubric
 
 TAGS = ("conversation", "response_a", "response_b")
@@ -65,16 +67,7 @@ INSTRUCTION = (
 )
 COMPACT_INSTRUCTION = "Which response is better? End with [[A]] or [[B]]."
 _GROUPS = (("core", "Core"), ("prescriptive", "Prescriptive (hard rules)"), ("task", "Task-specific"))
-_TAG_RE = re.compile(r"<\s*(/?)\s*(" + "|".join(TAGS) + r")\s*>", re.IGNORECASE)
 _TRUNCATED = "\n... [{count} characters cut] ...\n"
-
-
-def escape_untrusted(text: str) -> str:
-    """`text` with our delimiter tags defused and `[[` / `]]` split (see the module docstring)."""
-    text = _TAG_RE.sub(lambda m: f"({m.group(1)}{m.group(2)})", text)
-    while "[[" in text or "]]" in text:
-        text = text.replace("[[", "[ [").replace("]]", "] ]")
-    return text
 
 
 def _clip(text: str, max_chars: int | None) -> str:
@@ -84,11 +77,6 @@ def _clip(text: str, max_chars: int | None) -> str:
     head = max_chars * 2 // 3
     tail = max_chars - head
     return text[:head] + _TRUNCATED.format(count=len(text) - max_chars) + text[len(text) - tail :]
-
-
-def _block(tag: str, body: str) -> str:
-    """`<tag>` / body / `</tag>` on their own lines."""
-    return f"<{tag}>\n{body}\n</{tag}>"
 
 
 def _conversation(messages: Sequence[Message], max_chars: int | None) -> str:
@@ -101,6 +89,11 @@ def _conversation(messages: Sequence[Message], max_chars: int | None) -> str:
             content = f"{content}\n(calls tools: {names})".strip()
         parts.append(f"[{message.role}]\n{escape_untrusted(_clip(content, max_chars))}")
     return "\n\n".join(parts) if parts else "(empty)"
+
+
+def _framed_conversation(messages: Sequence[Message], max_chars: int | None) -> str:
+    """The `<conversation>` block (its contents escaped message by message)."""
+    return f"<conversation>\n{_conversation(messages, max_chars)}\n</conversation>"
 
 
 def format_rubrics(rubrics: Sequence[Rubric]) -> str:
@@ -123,9 +116,9 @@ def _pair_blocks(
 ) -> list[str]:
     """The tagged conversation and the two (escaped, clipped) responses of a judge prompt."""
     return [
-        _block("conversation", _conversation(prompt_messages, max_chars)),
-        _block("response_a", escape_untrusted(_clip(response_a, max_chars))),
-        _block("response_b", escape_untrusted(_clip(response_b, max_chars))),
+        _framed_conversation(prompt_messages, max_chars),
+        block("response_a", _clip(response_a, max_chars)),
+        block("response_b", _clip(response_b, max_chars)),
     ]
 
 

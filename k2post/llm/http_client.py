@@ -10,6 +10,10 @@ Tool calls come from the response's `tool_calls` when the server parsed them; ot
 text is read with `k2post.chat.parse.parse_assistant` (the request asks the server to keep
 special tokens, `skip_special_tokens: false`, so K2 tool-call tokens survive).
 
+Untrusted text: the server renders the messages into one text and re-tokenizes it, so every string of the messages
+and tools is sent through `defuse_special_tokens` (`<|im_end|>` -> `< |im_end|>`): text in a message never becomes a
+turn on the server. `complete_text` sends its prompt as given (the caller writes the structure).
+
 Connection errors, timeouts, 429 and 5xx are retried with exponential backoff
 (`backoff_s * 2**attempt`, capped at `backoff_max_s`); other 4xx fail at once. Every failure
 is one `LLMClientError` line: what was called, the status and an excerpt of the body.
@@ -26,7 +30,7 @@ import httpx
 from pydantic import Field
 
 from k2post.chat.parse import parse_assistant
-from k2post.chat.tokens import THINK_BEGIN, THINK_END
+from k2post.chat.tokens import THINK_BEGIN, THINK_END, defuse_special_tokens
 from k2post.chat.types import Message, ToolCall, ToolSpec
 from k2post.config.base import K2Config
 from k2post.llm.client import ChatResult, LLMClientError
@@ -61,6 +65,19 @@ def _excerpt(text: str) -> str:
 def backoff_delay(cfg: HTTPClientConfig, attempt: int) -> float:
     """Delay before retry number `attempt` (0-based): `backoff_s * 2**attempt`, capped."""
     return min(cfg.backoff_s * (2**attempt), cfg.backoff_max_s)
+
+
+def defused(value: Any) -> Any:
+    """`value` (a JSON value) with every string passed through `defuse_special_tokens`: the server renders the
+    messages with its chat template and re-tokenizes the text, so a special-token string in a message would become
+    a real turn there."""
+    if isinstance(value, str):
+        return defuse_special_tokens(value)
+    if isinstance(value, list):
+        return [defused(item) for item in value]
+    if isinstance(value, dict):
+        return {key: defused(item) for key, item in value.items()}
+    return value
 
 
 def _usage(data: dict[str, Any]) -> dict[str, int]:
@@ -193,12 +210,12 @@ class HTTPLLMClient:
         """The assistant's whole turn for `messages`; `sampling` goes into the request body."""
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [message.to_openai() for message in messages],
+            "messages": defused([message.to_openai() for message in messages]),
             **self._extra(),
             **sampling,
         }
         if tools:
-            body["tools"] = [tool.to_openai() for tool in tools]
+            body["tools"] = defused([tool.to_openai() for tool in tools])
         data = self.request_json("POST", "/chat/completions", body)
         choice = _first_choice(data, "chat completion")
         message, raw_text, errors = message_from_choice(choice)

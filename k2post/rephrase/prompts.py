@@ -4,11 +4,15 @@ and the faithfulness judge (source chunk + rewrite -> FAITHFUL / UNFAITHFUL).
     messages = rewrite_messages(chunk, previous=["The rewritten first chunk."], style="...", context_chars=2000)
     messages = judge_messages(source_chunk, rewritten_chunk)
     text = strip_thinking(reply)      # the part after a `</think>`, surrounding quotes and fences removed
+
+The document, the rewrites and the style are untrusted text: each sits in an escaped block
+(`k2post.chat.untrusted.block`), so a passage cannot close its block or carry chat structure.
 """
 
 from __future__ import annotations
 
 from k2post.chat.types import Message
+from k2post.chat.untrusted import block
 
 REWRITE_SYSTEM = (
     "You rewrite passages of a document in a given style. Keep every fact of the passage: every name, number, date "
@@ -16,31 +20,26 @@ REWRITE_SYSTEM = (
     "text rewritten so far; continue it. Write only the rewritten passage: no preface, no notes, no quotes."
 )
 
-REWRITE_USER = """Style: {style}
+REWRITE_USER = """Style:
+{style}
 
 {context}
 
 Passage to rewrite:
-\"\"\"
 {chunk}
-\"\"\"
 
 Write only the rewritten passage."""
 
 CONTEXT_START = "This passage is the start of the document."
-CONTEXT_SO_FAR = 'The document rewritten so far (continue it seamlessly, do not repeat it):\n"""\n{text}\n"""'
+CONTEXT_SO_FAR = "The document rewritten so far (continue it seamlessly, do not repeat it):\n{text}"
 
 JUDGE_SYSTEM = "You check whether a rewrite of a source passage is faithful to it."
 
 JUDGE_USER = """Source:
-\"\"\"
 {source}
-\"\"\"
 
 Rewrite:
-\"\"\"
 {rewrite}
-\"\"\"
 
 Is every statement of the rewrite supported by the source, and is every fact of the source kept unchanged \
 (names, numbers, dates, relations)? Answer FAITHFUL or UNFAITHFUL, then one sentence why."""
@@ -62,15 +61,14 @@ def context_text(previous: list[str], context_chars: int) -> str:
 def rewrite_messages(chunk: str, previous: list[str], style: str, context_chars: int) -> list[Message]:
     """System + user message asking for `chunk` rewritten in `style`, after the rewritten chunks `previous`."""
     context = context_text(previous, context_chars)
-    user = REWRITE_USER.format(
-        style=style, context=CONTEXT_SO_FAR.format(text=context) if context else CONTEXT_START, chunk=chunk
-    )
+    shown = CONTEXT_SO_FAR.format(text=block("rewritten_so_far", context)) if context else CONTEXT_START
+    user = REWRITE_USER.format(style=block("style", style), context=shown, chunk=block("passage", chunk))
     return [Message(role="system", content=REWRITE_SYSTEM), Message(role="user", content=user)]
 
 
 def judge_messages(source: str, rewrite: str) -> list[Message]:
     """System + user message asking whether `rewrite` is faithful to `source`."""
-    user = JUDGE_USER.format(source=source, rewrite=rewrite)
+    user = JUDGE_USER.format(source=block("source", source), rewrite=block("rewrite", rewrite))
     return [Message(role="system", content=JUDGE_SYSTEM), Message(role="user", content=user)]
 
 

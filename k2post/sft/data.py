@@ -215,11 +215,12 @@ def exchange_ends(messages: Sequence[Message], chat_format: str = "thinking") ->
 
 
 def text_example(row: dict[str, Any], index: int, tokenizer: Any, cfg: SFTDataConfig) -> Example:
-    """A plain-text row (`text`, no `messages`): its tokens + end of text, every token trained."""
+    """A plain-text row (`text`, no `messages`): its tokens + end of text, every token trained. The text is data:
+    a special-token string in it is tokenized as plain text (`split_special_tokens=True`), never as structure."""
     text = row.get("text")
     if not isinstance(text, str) or not text.strip():
         raise RowError(f"text: expected a non-empty string, got {str(text)[:60]!r}")
-    ids = [*tokenizer.encode(text, add_special_tokens=False), int(tokenizer.eos_token_id)]
+    ids = [*tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True), int(tokenizer.eos_token_id)]
     if len(ids) > cfg.max_seq_len:
         raise RowError(f"{len(ids)} tokens > data.max_seq_len {cfg.max_seq_len} (rows are never truncated)")
     return Example(tuple(ids), (1,) * len(ids), index, str(row["id"]))

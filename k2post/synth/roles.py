@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from k2post.toolsets.base import Toolset, ToolsetState
 from k2post.toolsets.schema import check_arguments, check_value
 from k2post.chat.types import Message, ToolCall, ToolSpec, dump_json, format_call_id
+from k2post.chat.untrusted import block, escape_untrusted
 from k2post.llm.client import LLMClient, ToolLLMClient
 from k2post.synth.tasks import PERSONAS, SynthTask
 
@@ -185,7 +186,8 @@ class LLMUser:
         persona = PERSONAS[task.persona]
         self.system = (
             f"You play a user talking to an assistant. Persona: {persona.name} (your first message looks like "
-            f"{persona.opening!r}). Your goal: {task.scenario.prompt} Write only the user's next message."
+            f"{persona.opening!r}). Your goal:\n{block('goal', task.scenario.prompt)}\nWrite only the user's next "
+            "message."
         )
         self.client, self.sampling, self.replies_left = client, sampling, max_replies
 
@@ -199,12 +201,25 @@ class LLMUser:
         if self.replies_left <= 0:
             return None
         self.replies_left -= 1
-        shown = "\n".join(f"{m.role}: {m.content}" for m in messages if m.role in ("user", "assistant") and m.content)
-        prompt = f"The conversation so far:\n{shown}\nIf your goal is met, answer exactly DONE; else write your reply."
+        prompt = user_reply_prompt(messages)
         text = self.client.chat(
             [Message(role="system", content=self.system), Message(role="user", content=prompt)], **self.sampling
         ).strip()
         return None if not text or text.upper().startswith("DONE") else text
+
+
+def user_reply_prompt(messages: list[Message]) -> str:
+    """The simulated user's prompt: the conversation so far (one JSON-quoted line per message, in an escaped
+    block), then the instruction."""
+    shown = "\n".join(
+        f"{m.role}: {json.dumps(m.content, ensure_ascii=False)}"
+        for m in messages
+        if m.role in ("user", "assistant") and m.content
+    )
+    return (
+        f"The conversation so far:\n{block('conversation', shown)}\n"
+        "If your goal is met, answer exactly DONE; else write your reply."
+    )
 
 
 class RuleToolSimulator:
@@ -239,14 +254,17 @@ class LLMToolSimulator:
         self.invalid_outputs = 0
 
     def _prompt(self, name: str, arguments: dict[str, Any], problem: str | None) -> str:
-        earlier = "\n".join(f"{n}({dump_json(a)}) -> {r}" for n, a, r in self.history) or "(none)"
+        """The world model's prompt: spec, world, earlier calls (results JSON-quoted) and the call, each in an
+        escaped block (spec text, results and model-written arguments are untrusted)."""
+        earlier = "\n".join(f"{n}({dump_json(a)}) -> {dump_json(r)}" for n, a, r in self.history) or "(none)"
         schema = self.output_schemas.get(name)
         shape = f"Reply with JSON valid against this output schema: {dump_json(schema)}" if schema else ""
         retry = f"\nYour previous reply was rejected ({problem}); answer again." if problem else ""
         return (
-            f"You simulate the tool {name}: {dump_json(self.specs[name].to_openai())}. World: {self.context}\n"
-            f"Earlier calls and results (stay consistent with them):\n{earlier}\n"
-            f"Call: {name}({dump_json(arguments)})\nReply with the tool's result only. {shape}{retry}"
+            f"You simulate the tool {dump_json(name)}.\n{block('tool_spec', dump_json(self.specs[name].to_openai()))}\n"
+            f"{block('world', self.context)}\nEarlier calls and results (stay consistent with them):\n"
+            f"{block('earlier_calls', earlier)}\n{block('call', f'{name}({dump_json(arguments)})')}\n"
+            f"Reply with the tool's result only. {escape_untrusted(shape)}{escape_untrusted(retry)}"
         )
 
     def _output_problem(self, name: str, text: str) -> str | None:

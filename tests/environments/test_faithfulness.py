@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from k2post.chat.tokens import TOKEN_SHAPED
+
 from k2post_environments.faithfulness import (
     BUILTIN_DATA,
     FaithfulnessConfig,
@@ -214,7 +216,7 @@ def test_llm_judge_prompt_keeps_special_tokens_out():
     env.score(task, f"The lamp was made of gold.{injected}")
     messages, _ = client.seen[0]
     assert [m.role for m in messages] == ["system", "user"]
-    assert "<|" not in messages[1].content and "|>" not in messages[1].content
+    assert not TOKEN_SHAPED.search(messages[1].content)  # every special-token string defused
     assert "data, not instructions" in messages[0].content
 
 

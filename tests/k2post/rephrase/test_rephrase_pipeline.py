@@ -133,7 +133,7 @@ DOCS = [
 
 
 def passage(messages) -> str:
-    return messages[-1].content.split('Passage to rewrite:\n"""\n')[1].split('\n"""')[0]
+    return messages[-1].content.split("<passage>\n")[1].split("\n</passage>")[0]
 
 
 class ScriptedClient:
