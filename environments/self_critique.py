@@ -40,7 +40,7 @@ from k2post.envs.registry import register_environment
 from k2post.envs.splits import check_split, every_split
 from k2post.llm.http_client import HTTPClientConfig
 from k2post_rubrics.critic import Critic, CriticConfig
-from k2post_rubrics.detectors import no_substance, prescriptive_penalty
+from k2post_rubrics.detectors import misses_subject, no_substance, prescriptive_penalty
 from k2post_rubrics.schema import task_rubrics
 
 BUILTIN_PROMPTS = Path(__file__).resolve().parent / "data" / "chat_prompts.jsonl"
@@ -128,6 +128,15 @@ class SelfCritiqueEnv(GroupScoredEnvironment):
             metadata={"rubrics": row["rubrics"], "reference": row["reference"]},
         )
 
+    def prompt_texts(self) -> list[str]:
+        """Every prompt of the env's set (all splits): what `misses_subject` tells a prompt's own words from common
+        ones by."""
+        if not hasattr(self, "_prompt_texts"):
+            self._prompt_texts = [
+                row["prompt"] for row in load_prompts(self.config.prompts_path or str(BUILTIN_PROMPTS))
+            ]
+        return self._prompt_texts
+
     def tasks(self, split: Split = "train", seed: int = 0, n: int | None = None) -> Iterator[Task]:
         """Test: every test_every-th prompt, dev: the prompt after each (file order); train: the
         others, shuffled by seed (no shifted split)."""
@@ -140,10 +149,12 @@ class SelfCritiqueEnv(GroupScoredEnvironment):
             yield self._task(row)
 
     def score(self, task: Task, response: str) -> Reward:
-        """The judge-free part of the critic: 0 for no answer (`no_substance`), else 1 minus the prescriptive
-        detectors' penalty."""
+        """The judge-free part of the critic: 0 for no answer (`no_substance`, or a reply that names none of the
+        prompt's subject words: `misses_subject`), else 1 minus the prescriptive detectors' penalty."""
         text = response if isinstance(response, str) else ("" if response is None else str(response))
         problem = no_substance(text, prompt_text(task))
+        if problem is None and misses_subject(text, prompt_text(task), self.prompt_texts()):
+            problem = "misses_the_subject"
         if problem is not None:
             return Reward(value=0.0, breakdown={"substance": 0.0}, info={"no_substance": problem})
         penalty, hits = prescriptive_penalty(text, self.config.critic.prescriptive)

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 from pydantic import Field
 
@@ -294,6 +295,24 @@ def no_substance(text: str, prompt: str) -> str | None:
     if asked and not stems(words) & stems(asked):
         return "off_topic"
     return None
+
+
+SUBJECT_MAX_PROMPTS = 2
+"""A prompt's subject words are its content-word stems found in at most this many prompts of its set."""
+
+
+def subject_stems(prompt: str, prompts: Sequence[str], max_prompts: int = SUBJECT_MAX_PROMPTS) -> set[str]:
+    """The content-word stems of `prompt` that few prompts of its set share (`max_prompts`): what this question is
+    about ("houseplants", "recursion"), as opposed to words any question uses ("keep", "start", "work")."""
+    seen = Counter(stem for other in prompts for stem in stems(content_words(other)))
+    return {stem for stem in stems(content_words(prompt)) if seen[stem] <= max_prompts}
+
+
+def misses_subject(text: str, prompt: str, prompts: Sequence[str]) -> bool:
+    """True when `text` names none of the prompt's subject words (`subject_stems`; False when the prompt has
+    none): one fixed reply for every prompt shares a common word now and then, an answer names what was asked."""
+    subject = subject_stems(prompt, prompts)
+    return bool(subject) and not stems(content_words(text)) & subject
 
 
 # ---- penalty --------------------------------------------------------------------------------

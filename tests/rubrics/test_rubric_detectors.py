@@ -12,10 +12,12 @@ from k2post_rubrics.detectors import (
     PrescriptiveConfig,
     initial_praise,
     injected_structure,
+    misses_subject,
     no_substance,
     normalize,
     prescriptive_penalty,
     self_justification,
+    subject_stems,
 )
 
 PRAISE = [
@@ -298,3 +300,32 @@ def test_huge_replies_cost_little_in_every_detector():
     penalty, hits = prescriptive_penalty(text, PrescriptiveConfig())
     assert time.process_time() - start < 0.5
     assert set(hits) == {"initial_praise", "self_justification"} and penalty == 1.0
+
+
+SUBJECT_PROMPTS = [
+    "My houseplants keep dying even though I water them every day. What am I doing wrong?",
+    "My roommate and I keep arguing about chores. How can we sort it out?",
+    "How can I stay focused when working from home?",
+    "Explain recursion to someone who has just started programming.",
+    "What's a simple way to keep track of my expenses?",
+]
+
+
+@pytest.mark.parametrize(
+    "prompt, text, missing",
+    [
+        (0, "Daily watering is too much: water only when the top few centimetres of soil are dry.", False),
+        (0, "There are several things to consider. Start small, keep notes and ask an expert.", True),  # "keep"
+        (1, "Write a rota of every chore and agree on it together.", False),
+        (2, "Start small, keep notes and ask an expert if you are unsure.", True),
+        (3, "A recursive function calls itself on a smaller input until a base case stops it.", False),
+    ],
+)
+def test_misses_subject_tells_a_prompts_own_words_from_common_ones(prompt, text, missing):
+    assert misses_subject(text, SUBJECT_PROMPTS[prompt], SUBJECT_PROMPTS) is missing
+
+
+def test_subject_stems_leave_out_words_many_prompts_share():
+    assert "keep" not in subject_stems(SUBJECT_PROMPTS[0], SUBJECT_PROMPTS, max_prompts=1)
+    assert {"hous", "wate"} <= subject_stems(SUBJECT_PROMPTS[0], SUBJECT_PROMPTS, max_prompts=1)
+    assert subject_stems("How?", SUBJECT_PROMPTS) == set()
