@@ -16,8 +16,9 @@ never a train question. An on-disk dataset's dev/test are its `validation`/`test
 carved out by question hash (`hf_dev_fraction`, `hf_test_fraction`).
 
 Scoring: the answer is extracted (`answer_extraction`, order configurable; the last-number fallback reads the
-last line only), and the reply must commit to it: every answer it marks as final (boxes, `####`, "the answer is
-N") must equal the gold, so a hedge scores 0, as does a last line listing several numbers. The comparison is an
+last line with a digit that is not a copied prompt line), and the reply must commit to it: every answer it marks
+as final (boxes, `####`, "the answer is N") must equal the gold, so a hedge scores 0, as does a line listing
+several numbers side by side. The comparison is an
 exact number first, then math-verify, bounded: plainly huge answers (`_EXPLOSIVE`, deep nesting, long) score 0
 at once; an answer `proven_small` runs here; anything else runs in a child process
 (`k2post.envs.child_call`) killed after `verify_timeout_s`, and then scores 0 without an error (no signal
@@ -320,32 +321,36 @@ def answer_key(value: str) -> Any:
     return number if number is not None else re.sub(r"\s+", "", value)
 
 
-def listed_numbers(tail: str) -> bool:
-    """Whether the last line of `tail` lists several numbers side by side ("41 42 43", "41, 42 or 43"): a hedge,
-    where the last-number fallback would otherwise read only the last of them."""
-    lines = [line for line in tail.splitlines() if line.strip()]
-    numbers = list(_LOOSE_NUMBER.finditer(lines[-1])) if lines else []
-    gaps = [lines[-1][a.end() : b.start()] for a, b in zip(numbers, numbers[1:])]
+def answer_line(tail: str, prompt: str) -> str | None:
+    """The line the last-number fallback reads: the reply's last line with a digit that is not a line of the prompt
+    (a number inside a copied question is no answer)."""
+    copied = {line.strip() for line in prompt.splitlines()}
+    lines = [line for line in tail.splitlines() if line.strip() not in copied and any(c.isdigit() for c in line)]
+    return lines[-1] if lines else None
+
+
+def listed_numbers(line: str) -> bool:
+    """Whether `line` lists several numbers side by side ("41 42 43", "41, 42 or 43"): a hedge, where the
+    last-number fallback would otherwise read only the last of them."""
+    numbers = list(_LOOSE_NUMBER.finditer(line))
+    gaps = [line[a.end() : b.start()] for a, b in zip(numbers, numbers[1:])]
     return bool(gaps) and all(_LIST_GAP.fullmatch(gap) for gap in gaps)
 
 
-def final_line_number(found: Extraction, tail: str) -> Extraction:
-    """The last-number fallback reads the reply's last line only (where a final answer stands): a number inside
-    copied text or data ("... x + 0 = 5\nPut your final answer in ...") is no answer."""
+def final_line_number(found: Extraction, tail: str, prompt: str) -> Extraction:
+    """The last-number fallback reads `answer_line` only, and nothing from a line listing several numbers."""
     if found.method != "last_number":
         return found
-    lines = [line for line in tail.splitlines() if line.strip()]
-    value = extract_last_number(lines[-1]) if lines else None
+    line = answer_line(tail, prompt)
+    value = extract_last_number(line) if line is not None and not listed_numbers(line) else None
     return Extraction(value=value, method="last_number" if value is not None else None)
 
 
 def committed_answers(tail: str, extracted: str | None) -> list[str]:
     """The distinct answers a reply commits to: every one it marks as final (boxes, `####`, "the answer is"),
-    else the extracted one; none (a wrong reply) when it lists several numbers side by side or marks more than
-    `MAX_COMMITTED` answers. Each must equal the gold for the reply to be right: a hedge is wrong."""
+    else the extracted one; none (a wrong reply) when it marks more than `MAX_COMMITTED` answers. Each must equal
+    the gold for the reply to be right: a hedge is wrong."""
     marked = marked_answers(tail)
-    if not marked and listed_numbers(tail):
-        return []
     distinct = list({answer_key(answer): answer for answer in marked or [extracted or ""] if answer}.values())
     return distinct if len(distinct) <= MAX_COMMITTED else []
 
@@ -565,7 +570,8 @@ class MathEnv(Environment):
             response = "" if response is None else str(response)
         cfg = self.config
         tail = clean_response(response, cfg.tail_chars)
-        found = final_line_number(extract_answer(tail, cfg.extraction_order, cfg.tail_chars), tail)
+        prompt = task.messages[-1].content if task.messages else ""
+        found = final_line_number(extract_answer(tail, cfg.extraction_order, cfg.tail_chars), tail, str(prompt or ""))
         gold = str(task.answer if task.answer is not None else "")
         candidates = committed_answers(tail, found.value)
         matched = (

@@ -202,6 +202,16 @@ def _close_shared() -> None:
         child.close()
 
 
+def _forget_shared_in_fork() -> None:
+    """A forked process must not talk to its parent's children over their pipes: it starts its own."""
+    global _SHARED_LOCK
+    _SHARED.clear()
+    _SHARED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_shared_in_fork)
+
+
 # ---------------------------------------------------------------- the child's side
 
 

@@ -351,6 +351,23 @@ def test_a_reply_that_commits_to_several_answers_is_wrong(env, response, value):
     assert env.score(_task("42"), response).value == value
 
 
+@pytest.mark.parametrize(
+    "response, value",
+    [
+        ("What is 0 + 5?\nPut your final answer in \\boxed{}.", 0.0),  # a copy of the prompt answers nothing
+        ("What is 0 + 5?", 0.0),
+        ("0 + 5 = 5\nDone.", 1.0),  # chatter after the answer line
+        ("4 5 6\nDone.", 0.0),
+    ],
+)
+def test_the_last_number_fallback_skips_copied_prompt_lines(env, response, value):
+    task = Task(
+        id="t", env="math", task_type="math", answer="5",
+        messages=[{"role": "user", "content": "What is 0 + 5?\nPut your final answer in \\boxed{}."}],
+    )  # fmt: skip
+    assert env.score(task, response).value == value
+
+
 GENERIC = {
     "empty": "",
     "filler": "zz " * 200,

@@ -53,3 +53,22 @@ def test_a_child_that_dies_mid_call_is_a_failure_and_the_next_call_restarts_it()
             child.call(3, timeout_s=30.0)  # started again, died again: each is reported
     finally:
         child.close()
+
+
+def test_a_forked_process_starts_its_own_child():
+    import os
+
+    from k2post.envs.child_call import shared_child
+
+    first = shared_child("time:sleep")
+    first.call(0, timeout_s=30.0)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the forked child reports through its exit code)
+        os._exit(
+            0
+            if shared_child("time:sleep") is not first and shared_child("time:sleep").call(0, timeout_s=30.0) is None
+            else 1
+        )
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert first.call(0, timeout_s=30.0) is None  # the parent's child still answers
