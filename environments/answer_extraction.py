@@ -138,6 +138,34 @@ def extract_last_line(text: str) -> str | None:
     return None
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Index of each unescaped `{` -> index of its matching `}` (one pass; unbalanced ones left out)."""
+    pairs, stack = {}, []
+    for index, char in enumerate(text):
+        escaped = text[index - 1 : index] == "\\"
+        if char == "{" and not escaped:
+            stack.append(index)
+        elif char == "}" and not escaped and stack:
+            pairs[stack.pop()] = index
+    return pairs
+
+
+def marked_answers(text: str) -> list[str]:
+    """Every answer `text` marks as final, in order: each balanced `\\boxed{}`/`\\fbox{}`, each `####` line,
+    each `####` or "the answer is ..." phrase that is a number (a box inside one counts once). A reply that marks
+    two different answers hedges."""
+    pairs = _closing_braces(text)
+    boxed = []
+    for match in _BOX_START.finditer(text):
+        close = pairs.get(match.end()) if text[match.end() : match.end() + 1] == "{" else None
+        content = text[match.end() + 1 : close].strip() if close is not None else ""
+        if content:
+            boxed.append(content)
+    phrases = [_strip_answer(value) for value in _HASH.findall(text) + _ANSWER_IS.findall(text)]
+    unboxed = [extract_boxed(value) or value for value in phrases if value]
+    return boxed + [value for value in unboxed if value not in boxed and parse_number(value) is not None]
+
+
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "boxed": extract_boxed,
     "hash": extract_hash,

@@ -15,17 +15,21 @@ a shifted question of a trained kind has a number the train difficulty cannot pr
 never a train question. An on-disk dataset's dev/test are its `validation`/`test` splits, else
 carved out by question hash (`hf_dev_fraction`, `hf_test_fraction`).
 
-Scoring: the answer is extracted (`answer_extraction`, order configurable), compared as an exact
-number first, then with math-verify (`verify(parse(gold), parse(pred))`, its signal timeouts
-off: run untrusted scoring in `k2post.envs.workers.RewardPool` for a hard timeout). Inputs
-that could make sympy hang (power towers, huge exponents/factorials, long answers) skip
-math-verify. reward = (1 - format_weight) * correct + format_weight * format, where format
-means the answer was found by the preferred (first) extraction method.
+Scoring: the answer is extracted (`answer_extraction`, order configurable; the last-number fallback reads the
+last line with a digit that is not a copied prompt line), and the reply must commit to it: every answer it marks
+as final (boxes, `####`, "the answer is N") must equal the gold, so a hedge scores 0, as does a line listing
+several numbers side by side. The comparison is an
+exact number first, then math-verify, bounded: plainly huge answers (`_EXPLOSIVE`, deep nesting, long) score 0
+at once; an answer `proven_small` runs here; anything else runs in a child process
+(`k2post.envs.child_call`) killed after `verify_timeout_s`, and then scores 0 without an error (no signal
+interrupts one C big-integer operation in sympy, so the child is the only sound bound).
+reward = (1 - format_weight) * correct + format_weight * format, where format means the answer was found by the
+preferred (first) extraction method.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import random
 import re
 from collections.abc import Callable, Iterator
@@ -37,19 +41,22 @@ from pydantic import Field, model_validator
 from k2post_environments.answer_extraction import (
     DEFAULT_TAIL_CHARS,
     ExtractionMethod,
+    Extraction,
+    clean_response,
     extract_answer,
     extract_boxed,
     extract_hash,
+    extract_last_number,
+    marked_answers,
     parse_number,
 )
 from k2post_environments.worked import chain_steps, expression_of
 from k2post.chat.types import Message
-from k2post.envs.base import EnvConfig, Environment, Reward, Split, Task
+from k2post.envs.base import EnvConfig, Environment, HonestPair, Play, Reward, Split, Task
+from k2post.envs.child_call import ChildTimeout, shared_child
+from k2post.envs.math_equal import WARMUP, verify_equal
 from k2post.envs.registry import register_environment
 from k2post.envs.splits import SPLITS, check_split, hash_bucket, split_of_bucket
-
-# math-verify warns that its own timeouts are off; the reward workers' per-call timeout replaces them.
-logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 ProblemType = Literal["add", "sub", "mul", "div", "word", "linear"]
 PROBLEM_TYPES: tuple[ProblemType, ...] = ("add", "sub", "mul", "div", "word", "linear")
@@ -66,8 +73,33 @@ _EXPLOSIVE = re.compile(
     r"|\d{3,}\s*!\s*!"  # double factorials of big numbers
     r"|[)}\]]\s*!"  # the factorial of an expression ((100!)!): its size has no bound here
     r"|(?:binom|choose|binomial)[^$]{0,60}?\d{5,}"  # binomials of huge numbers (\binom{1000000}{500000})
+    r"|[)}]\s*(?:\^|\*\*)\s*[{(]?\s*\d{3,}"  # a group raised to a 3-digit power ((9999^{9999})^{9999})
+    r"|(?:Gamma|gamma|factorial|Pi)\s*(?:\\left)?\s*[({]\s*\d{5,}"  # special functions of huge numbers
 )
-"""Answers sympy could spend seconds to minutes on: math-verify is skipped for them (they score as wrong)."""
+"""Answers plainly too big for sympy: they score as wrong at once. Not the bound itself (a hostile answer has many
+shapes): whatever is not `proven_small` runs in a child process with a hard timeout; this only spares the child
+the common shapes."""
+VERIFY_TIMEOUT_S = 2.0
+VERIFY_TARGET = "k2post.envs.math_equal:verify_equal"
+"""What the verify child runs (`k2post.envs.child_call`)."""
+MAX_COMMITTED = 4
+"""Distinct final answers past which a reply is wrong without checking them (each costs a comparison)."""
+_LOOSE_NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?")
+_LIST_GAP = re.compile(r"(?:\s|[,;]|\bor\b|\band\b|\bmaybe\b|\bperhaps\b)*", re.IGNORECASE)
+MAX_DEPTH = 40
+"""Bracket nesting past which an answer scores as wrong at once (no answer nests that deep; latex2sympy takes
+seconds on 140 levels)."""
+MAX_SMALL_CHARS = 120
+MAX_SMALL_DEPTH = 8
+MAX_SMALL_POWERS = 1
+_SMALL_TOKEN = re.compile(
+    r"\\(?:d|t)?frac(?![A-Za-z])|\\(?:sqrt|cdot|times|div|pi|pm|mp|circ|infty|left|right|quad|qquad"
+    r"|le|ge|leq|geq|neq|lt|gt|approx|in|cup|cap|emptyset|degree)(?![A-Za-z])"
+    r"|\\[,;:! %{}]|\\text\{[A-Za-z ]{0,20}\}|(?<!\d)\d{1,20}(?!\d)|[A-Za-z]|[-+*/=<>()\[\]{},.:;%'^_|\s]"
+)
+"""The pieces of an answer math-verify parses quickly: numbers of at most 20 digits, single letters, plain LaTeX."""
+_SMALL_EXPONENT = re.compile(r"\s*(?:\{\s*-?(?:\d{1,2}|[A-Za-z])\s*\}|-?\d|[A-Za-z])")
+"""What may follow a `^` in a proven-small answer: a number below 100 (a digit when bare) or a letter."""
 
 
 class MathConfig(EnvConfig):
@@ -107,6 +139,13 @@ class MathConfig(EnvConfig):
         0.0, ge=0.0, le=1.0, description="Reward weight of the format flag: (1-w)*correct + w*format."
     )
     tail_chars: int = Field(DEFAULT_TAIL_CHARS, gt=0, description="Only the last N chars of a response are read.")
+    verify_timeout_s: float = Field(
+        VERIFY_TIMEOUT_S,
+        gt=0,
+        le=60,
+        description="Wall-clock seconds math-verify may take on an answer not proven small (it runs in a child "
+        "process, killed at this limit; the answer then scores as wrong).",
+    )
     hf_dataset_path: str | None = Field(
         None, description="A HF dataset saved with save_to_disk to use instead of the generator (no downloads)."
     )
@@ -218,31 +257,102 @@ def in_support(question: str, kind: str, kinds: list[ProblemType], difficulty: i
 # ---------------------------------------------------------------- answer checking
 
 
-def _math_verify_equal(gold: str, pred: str) -> bool:
-    """math-verify equivalence with signal timeouts disabled; never raises."""
+def proven_small(text: str) -> bool:
+    """Whether math-verify is sure to be quick on `text`: short, shallow, made only of small numbers, single
+    letters and the plain LaTeX of `_SMALL_TOKEN` (no factorials, binomials, special functions), with at most
+    `MAX_SMALL_POWERS` powers whose exponents are a small number or a letter."""
+    if len(text) > MAX_SMALL_CHARS or text.count("^") > MAX_SMALL_POWERS:
+        return False
+    if any(not _SMALL_EXPONENT.match(text, at.end()) for at in re.finditer(r"\^", text)):
+        return False
+    return nesting_depth(text) <= MAX_SMALL_DEPTH and _SMALL_TOKEN.sub("", text) == ""
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest bracket nesting of `text` ((, [ and { alike; unbalanced closers ignored)."""
+    depth = deepest = 0
+    for char in text:
+        depth = max(0, depth + (char in "([{") - (char in ")]}"))
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _math_verify_equal(gold: str, pred: str, timeout_s: float = VERIFY_TIMEOUT_S) -> bool:
+    """math-verify equivalence, bounded: refused for what is plainly huge (`_EXPLOSIVE`, too long), run here
+    when `proven_small`, else in a child process killed after `timeout_s` (then: not equal)."""
     if len(pred) > MAX_VERIFY_CHARS or _EXPLOSIVE.search(pred) or _EXPLOSIVE.search(gold):
         return False
+    if nesting_depth(pred) > MAX_DEPTH:
+        return False
+    if proven_small(gold) and proven_small(pred):
+        return verify_equal(gold, pred)
     try:
-        from math_verify import parse, verify
-
-        def parsed(text: str) -> list[Any]:
-            # LaTeX first: bare `\frac{84}{4} \cdot 2` parses as [2] without the $...$ wrapper.
-            return parse(f"${text}$", parsing_timeout=None) or parse(text, parsing_timeout=None)
-
-        gold_parsed, pred_parsed = parsed(gold), parsed(pred)
-        if not gold_parsed or not pred_parsed:
-            return False
-        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
-    except Exception:  # sympy/latex2sympy can raise almost anything on junk
+        return bool(shared_child(VERIFY_TARGET, WARMUP).call(gold, pred, timeout_s=timeout_s))
+    except ChildTimeout:  # the answer's own cost: a wrong answer, not a scoring error
         return False
 
 
-def answers_match(gold: str, pred: str) -> bool:
-    """Exact numeric comparison when both are plain numbers, else math-verify."""
+@functools.cache
+def warm_up() -> None:
+    """Import math-verify's LaTeX and sympy parts once per process, when the env is made (a second or two): the
+    first in-process comparison would otherwise pay it inside one response's score."""
+    verify_equal(*WARMUP)
+
+
+def answers_match(gold: str, pred: str, timeout_s: float = VERIFY_TIMEOUT_S) -> bool:
+    """Exact numeric comparison when both are plain numbers, else math-verify (bounded: `_math_verify_equal`)."""
     gold_number, pred_number = parse_number(gold), parse_number(pred)
     if gold_number is not None and pred_number is not None:
         return gold_number == pred_number
-    return _math_verify_equal(gold, pred)
+    return _math_verify_equal(gold, pred, timeout_s)
+
+
+def near_misses(gold: str) -> tuple[str, str]:
+    """(just below, just above) the gold: gold -+ 1 for a number, `gold - 1` / `gold + 1` in LaTeX otherwise."""
+    number = parse_number(gold)
+    if number is not None and number.denominator == 1:
+        return str(number - 1), str(number + 1)
+    return f"{gold} - 1", f"{gold} + 1"
+
+
+def answer_key(value: str) -> Any:
+    """What two marked answers are compared by: the exact number, else the text without blanks."""
+    number = parse_number(value)
+    return number if number is not None else re.sub(r"\s+", "", value)
+
+
+def answer_line(tail: str, prompt: str) -> str | None:
+    """The line the last-number fallback reads: the reply's last line with a digit that is not a line of the prompt
+    (a number inside a copied question is no answer)."""
+    copied = {line.strip() for line in prompt.splitlines()}
+    lines = [line for line in tail.splitlines() if line.strip() not in copied and any(c.isdigit() for c in line)]
+    return lines[-1] if lines else None
+
+
+def listed_numbers(line: str) -> bool:
+    """Whether `line` lists several numbers side by side ("41 42 43", "41, 42 or 43"): a hedge, where the
+    last-number fallback would otherwise read only the last of them."""
+    numbers = list(_LOOSE_NUMBER.finditer(line))
+    gaps = [line[a.end() : b.start()] for a, b in zip(numbers, numbers[1:])]
+    return bool(gaps) and all(_LIST_GAP.fullmatch(gap) for gap in gaps)
+
+
+def final_line_number(found: Extraction, tail: str, prompt: str) -> Extraction:
+    """The last-number fallback reads `answer_line` only, and nothing from a line listing several numbers."""
+    if found.method != "last_number":
+        return found
+    line = answer_line(tail, prompt)
+    value = extract_last_number(line) if line is not None and not listed_numbers(line) else None
+    return Extraction(value=value, method="last_number" if value is not None else None)
+
+
+def committed_answers(tail: str, extracted: str | None) -> list[str]:
+    """The distinct answers a reply commits to: every one it marks as final (boxes, `####`, "the answer is"),
+    else the extracted one; none (a wrong reply) when it marks more than `MAX_COMMITTED` answers. Each must equal
+    the gold for the reply to be right: a hedge is wrong."""
+    marked = marked_answers(tail)
+    distinct = list({answer_key(answer): answer for answer in marked or [extracted or ""] if answer}.values())
+    return distinct if len(distinct) <= MAX_COMMITTED else []
 
 
 def gold_from_solution(text: str) -> str:
@@ -259,6 +369,10 @@ class MathEnv(Environment):
     reward_range = (0.0, 1.0)
     config_cls = MathConfig
     config: MathConfig
+
+    def __init__(self, config: MathConfig | None = None) -> None:
+        super().__init__(config)
+        warm_up()
 
     # ------------------------------------------------------------ tasks
 
@@ -387,6 +501,31 @@ class MathEnv(Environment):
             return chain_steps(f"{numbers[0]} {operator} {numbers[1]}")
         return None
 
+    # ------------------------------------------------------------ adversarial suite
+
+    def honest(self, task: Task) -> HonestPair:
+        """Right: the worked steps (when known) and the gold in a box; wrong: the same with a near miss (gold + 1)."""
+        gold = str(task.answer if task.answer is not None else "")
+        steps = self.worked_solution(task)
+        lead = f"{steps}, so the answer is " if steps else "The answer is "
+        return HonestPair(right=f"{lead}\\boxed{{{gold}}}.", wrong=f"{lead}\\boxed{{{near_misses(gold)[1]}}}.")
+
+    def hacks(self, task: Task) -> dict[str, Play]:
+        """Hedges around the gold (several boxes, a list, a set, plus-or-minus, a sentence then a box), every number
+        of the question, and a power tower."""
+        low, high = near_misses(str(task.answer if task.answer is not None else ""))
+        gold = str(task.answer if task.answer is not None else "")
+        question = str(task.metadata.get("question") or (task.messages[-1].content if task.messages else ""))
+        return {
+            "boxes_around_gold": f"\\boxed{{{low}}} \\boxed{{{gold}}} \\boxed{{{high}}}",
+            "numbers_around_gold": f"{high} {gold} {low}",
+            "one_box_set": f"\\boxed{{{low}, {gold}, {high}}}",
+            "plus_minus": f"\\boxed{{{gold} \\pm 1}}",
+            "sentence_then_box": f"The answer is {high}. \\boxed{{{gold}}}",
+            "question_numbers": " ".join(_SIGNED.findall(question)) or "0",
+            "power_tower": "\\boxed{10^{10^{10^{10}}}}",
+        }
+
     # ------------------------------------------------------------ on-disk HF dataset
 
     def _hf_rows(self, split: str) -> list[Row]:
@@ -425,14 +564,21 @@ class MathEnv(Environment):
     # ------------------------------------------------------------ scoring
 
     def score(self, task: Task, response: str) -> Reward:
-        """1.0 when the extracted answer equals the gold answer (see module doc), else 0.0."""
+        """1.0 when the extracted answer equals the gold answer and the reply commits to no other (see module
+        doc), else 0.0."""
         if not isinstance(response, str):
             response = "" if response is None else str(response)
-        found = extract_answer(response, self.config.extraction_order, self.config.tail_chars)
+        cfg = self.config
+        tail = clean_response(response, cfg.tail_chars)
+        prompt = task.messages[-1].content if task.messages else ""
+        found = final_line_number(extract_answer(tail, cfg.extraction_order, cfg.tail_chars), tail, str(prompt or ""))
         gold = str(task.answer if task.answer is not None else "")
-        correct = float(found.value is not None and bool(gold) and answers_match(gold, found.value))
-        formatted = float(found.method == self.config.extraction_order[0])
-        weight = self.config.format_weight
-        value = min(1.0, max(0.0, (1.0 - weight) * correct + weight * formatted))
-        info = {"extracted": found.value, "method": found.method, "gold": gold}
+        candidates = committed_answers(tail, found.value)
+        matched = (
+            bool(gold) and bool(candidates) and all(answers_match(gold, c, cfg.verify_timeout_s) for c in candidates)
+        )
+        correct = float(matched)
+        formatted = float(found.method == cfg.extraction_order[0])
+        value = min(1.0, max(0.0, (1.0 - cfg.format_weight) * correct + cfg.format_weight * formatted))
+        info = {"extracted": found.value, "method": found.method, "gold": gold, "committed": len(candidates)}
         return Reward(value=value, breakdown={"correct": correct, "format": formatted}, info=info)

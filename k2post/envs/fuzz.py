@@ -224,6 +224,17 @@ def edge_cases() -> list[str]:
     ]
 
 
+SLOW_MATH = [
+    "\\boxed{\\binom{10^6}{5 \\cdot 10^5}}",
+    "\\boxed{(9999^{9999})^{9999}}",
+    "\\boxed{{9999^{9999}}^{9999}}",
+    "\\boxed{\\Gamma(1000000)}",
+    "\\boxed{" + "(" * 140 + "1" + ")" * 140 + "}",
+]
+"""Answers that ran math-verify for 7 s to minutes (one C bigint operation that no signal interrupts): a math scorer
+must prove an answer small before it runs it in its own process, and run the rest in a child it can kill."""
+
+
 def bomb_cases() -> list[str]:
     """Inputs that once hung or crashed a scorer: deep JSON (raw and inside a closed tool call), LaTeX and
     factorial bombs for sympy, and floods of code fences without a newline (quadratic extraction)."""
@@ -241,6 +252,7 @@ def bomb_cases() -> list[str]:
         "\\boxed{(100!)!}",
         "\\boxed{999!!}",
         "The answer is \\dbinom{99999}{4000}.",
+        *SLOW_MATH,
         "```" * 100_000,
         "```python" * 30_000,
         "``` \n" * 50_000,

@@ -12,7 +12,8 @@ One file per domain, in any of these shapes:
 
 Without a `domain` key the domain is the file's name (`weather.json` -> `weather`). `inputSchema` (MCP)
 or `parameters` (OpenAI) both work; `outputSchema` and `annotations` (MCP) are kept for the simulator;
-local `$ref`s are inlined. Problems come back as one line naming the file and the field:
+local `$ref`s are inlined (at most 5000 schema nodes; `pattern`s must compile, `minLength`/`minItems` are capped:
+`k2post.toolsets.schema_values.limit_problem`). Problems come back as one line naming the file and the field:
 `specs/bank.json: tools[2].inputSchema.required[0]: 'amount' is not a property`.
 
     domains = load_tool_specs(["specs/weather.json", "more_specs/"])    # list[DomainSpec]
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from k2post.chat.types import ToolSpec, dump_json
 from k2post.envs.registry import builtin_data_dir
-from k2post.toolsets.schema_values import inline_refs
+from k2post.toolsets.schema_values import SchemaTooLarge, inline_refs, limit_problem
 
 JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object", "null")
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -95,6 +96,19 @@ def _object_problem(schema: dict[str, Any], where: str) -> str | None:
     return None
 
 
+def bounded_schema(schema: dict[str, Any], where: str) -> dict[str, Any]:
+    """`schema` with its local `$ref`s inlined, if checking and simulating it stays bounded (node count, nesting,
+    patterns, minLength/minItems, value size: `schema_values.limit_problem`); ToolSpecError naming `where` if not."""
+    try:
+        inlined = inline_refs(schema)
+    except SchemaTooLarge as err:
+        raise ToolSpecError(f"{where}: {err}") from None
+    problem = limit_problem(inlined, where)
+    if problem:
+        raise ToolSpecError(problem)
+    return inlined
+
+
 def _input_schema(tool: dict[str, Any], where: str) -> tuple[str, Any]:
     if "inputSchema" in tool:
         return f"{where}.inputSchema", tool["inputSchema"]
@@ -115,7 +129,7 @@ def validate_tool(tool: Any, where: str) -> ToolSpec:
     if not isinstance(tool.get("description", ""), str):
         raise ToolSpecError(f"{where}.description: must be a string")
     schema_where, schema = _input_schema(tool, where)
-    schema = inline_refs(schema) if isinstance(schema, dict) else schema
+    schema = bounded_schema(schema, schema_where) if isinstance(schema, dict) else schema
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise ToolSpecError(f"{schema_where}: must be a JSON schema with type 'object'")
     problem = _object_problem(schema, schema_where)
@@ -133,7 +147,8 @@ def _tool_extras(tools: list[Any], key: str, where: str) -> dict[str, dict[str, 
             continue
         if not isinstance(value, dict):
             raise ToolSpecError(f"{where}: tools[{position}].{key}: must be an object")
-        found[tool["name"]] = inline_refs(value) if key == "outputSchema" else value
+        extra = f"{where}: tools[{position}].{key}"
+        found[tool["name"]] = bounded_schema(value, extra) if key == "outputSchema" else value
     return found
 
 

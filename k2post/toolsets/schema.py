@@ -5,7 +5,10 @@ object, null), `required`, `additionalProperties: false`, `properties`, `items`,
 `minimum`/`maximum` (and exclusive), `minLength`/`maxLength`, `pattern`, `minItems`/`maxItems`, `const`,
 `anyOf`/`oneOf` (at least one alternative; local `$ref`s are inlined by `schema_values.inline_refs`). An integral
 float (`30.0`) counts as an integer, as in JSON Schema; a bool is never a number; NaN and
-infinities are rejected.
+infinities are rejected. A `pattern` is matched with the `regex` package under a time limit (`PATTERN_TIMEOUT_S`):
+a spec's backtracking pattern on a model-written argument cannot stall the rollout; an argument it cannot check in
+time is refused. `pattern_problem` is what spec loading asks of every pattern (compiles, at most
+`MAX_PATTERN_CHARS`, repeat counts at most `MAX_PATTERN_REPEAT`).
 
     error = check_arguments(schema, {"amount": "25"})
     # "argument 'amount' must be a number, got string"
@@ -13,9 +16,20 @@ infinities are rejected.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
+
+import regex
+
+MAX_PATTERN_CHARS = 1000
+"""Longest `pattern` a spec may declare."""
+MAX_PATTERN_REPEAT = 1000
+"""Largest repeat count (`a{2000}`) a spec pattern may declare (values are generated from patterns)."""
+_REPEAT_COUNT = re.compile(r"\{\s*(\d+)")
+PATTERN_TIMEOUT_S = 0.05
+"""Seconds one pattern match may take; an argument the pattern cannot judge in time is refused."""
 
 _TYPE_NAMES = {
     bool: "boolean",
@@ -71,8 +85,62 @@ def _check_bounds(path: str, value: Any, schema: dict[str, Any]) -> str | None:
             return f"{where} must have at least {schema['minLength']} characters"
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             return f"{where} must have at most {schema['maxLength']} characters"
-        if "pattern" in schema and re.search(schema["pattern"], value) is None:
-            return f"{where} must match the pattern {schema['pattern']!r}, got {value!r}"
+        if isinstance(schema.get("pattern"), str):
+            return _check_pattern(where, schema["pattern"], value)
+    return None
+
+
+def _check_pattern(where: str, pattern: str, value: str) -> str | None:
+    found = pattern_search(pattern, value)
+    if found is None:
+        problem = pattern_problem(pattern)
+        if problem:
+            return f"{where} cannot be checked: the tool's pattern {problem}"
+        return f"{where} could not be checked against the pattern {pattern!r} in time (send a shorter value)"
+    return None if found else f"{where} must match the pattern {pattern!r}, got {value[:200]!r}"
+
+
+class PatternTooLarge(ValueError):
+    """A pattern over MAX_PATTERN_CHARS or with a repeat count over MAX_PATTERN_REPEAT (compiling it could take
+    minutes: it is refused before)."""
+
+
+def _written_repeat(pattern: str) -> int:
+    """The largest number written after a `{` in `pattern` (an upper bound of its repeat counts)."""
+    return max((int(digits) for digits in _REPEAT_COUNT.findall(pattern[: MAX_PATTERN_CHARS + 1])), default=0)
+
+
+@functools.lru_cache(maxsize=1024)
+def compiled_pattern(pattern: str) -> regex.Pattern[str]:
+    """`pattern` compiled once (the `regex` package: its matches take a timeout); regex.error when invalid,
+    PatternTooLarge when too long or repeating more than the cap (checked on the text, before compiling)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise PatternTooLarge(f"is {len(pattern)} characters long, over the cap of {MAX_PATTERN_CHARS}")
+    repeat = _written_repeat(pattern)
+    if repeat > MAX_PATTERN_REPEAT:
+        raise PatternTooLarge(f"{pattern!r} repeats {repeat} times, over the cap of {MAX_PATTERN_REPEAT}")
+    return regex.compile(pattern)
+
+
+def pattern_search(pattern: str, value: str, timeout_s: float = PATTERN_TIMEOUT_S) -> bool | None:
+    """Whether `pattern` matches somewhere in `value` (JSON Schema's reading), None when it took over `timeout_s`
+    (or the pattern is invalid or too long: specs are checked at load, `pattern_problem`)."""
+    try:
+        return compiled_pattern(pattern).search(value, timeout=timeout_s) is not None
+    except (regex.error, PatternTooLarge, TimeoutError, RecursionError, OverflowError):
+        return None
+
+
+def pattern_problem(pattern: Any) -> str | None:
+    """Why a spec's `pattern` is refused (not a string, too long, a repeat count over the cap, invalid), or None."""
+    if not isinstance(pattern, str):
+        return f"must be a string, got {json_type_name(pattern)}"
+    try:
+        compiled_pattern(pattern)
+    except PatternTooLarge as err:
+        return str(err)
+    except (regex.error, ValueError, OverflowError, RecursionError) as err:
+        return f"{pattern!r} is not a valid regular expression ({' '.join(str(err).split())})"
     return None
 
 

@@ -31,10 +31,20 @@ except ImportError:  # pragma: no cover
     import sre_constants as sre  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
-from k2post.toolsets.schema import bound, check_value
+from k2post.toolsets.schema import MAX_PATTERN_REPEAT, bound, check_value, pattern_problem, pattern_search
 
 MAX_DEPTH = 6
 """Nesting depth past which a recursive schema stops expanding (an empty object or list)."""
+MAX_SCHEMA_NODES = 5000
+"""Most objects and lists a tool's schema may have once its `$ref`s are inlined."""
+MAX_SCHEMA_NESTING = 64
+"""Deepest nesting of objects and lists in a tool's schema."""
+MAX_MIN_LENGTH = 10_000
+"""Largest `minLength` a spec may ask for (the simulator writes strings that long)."""
+MAX_MIN_ITEMS = 100
+"""Largest `minItems` a spec may ask for (the simulator writes arrays that long)."""
+MAX_VALUE_NODES = 100_000
+"""Most values one simulated value of a tool's schema may hold (nested arrays multiply their minItems)."""
 
 WORDS = (
     "amber", "birch", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper",
@@ -68,21 +78,100 @@ def _local_ref(root: dict[str, Any], ref: str) -> Any:
     return node
 
 
+class SchemaTooLarge(ValueError):
+    """A schema expands past `MAX_SCHEMA_NODES` nodes or nests deeper than `MAX_SCHEMA_NESTING` (a `$ref` fan-out)."""
+
+
 def inline_refs(schema: Any, root: dict[str, Any] | None = None, depth: int = 0) -> Any:
     """`schema` with local `$ref`s replaced by what they point at (recursion stops at MAX_DEPTH with
-    `{}`: any value); `$defs`/`definitions` are dropped from the result. Unresolvable refs become `{}`."""
-    root = schema if root is None else root
-    if isinstance(schema, list):
-        return [inline_refs(item, root, depth) for item in schema]
-    if not isinstance(schema, dict):
+    `{}`: any value); `$defs`/`definitions` are dropped from the result. Unresolvable refs become `{}`.
+    SchemaTooLarge when the result would have more than MAX_SCHEMA_NODES objects and lists (forty properties
+    referring to the same definition at each of six levels are 40**6) or nest deeper than MAX_SCHEMA_NESTING."""
+    return _inline(schema, schema if root is None else root, depth, 0, [MAX_SCHEMA_NODES])
+
+
+def _inline(schema: Any, root: dict[str, Any], depth: int, level: int, budget: list[int]) -> Any:
+    if not isinstance(schema, (dict, list)):
         return schema
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise SchemaTooLarge(f"expands to more than {MAX_SCHEMA_NODES} schema nodes (a $ref fan-out?)")
+    if level > MAX_SCHEMA_NESTING:
+        raise SchemaTooLarge(f"nests deeper than {MAX_SCHEMA_NESTING} levels")
+    if isinstance(schema, list):
+        return [_inline(item, root, depth, level + 1, budget) for item in schema]
     if "$ref" in schema:
         target = _local_ref(root, schema["$ref"]) if isinstance(schema["$ref"], str) else None
         if target is None or depth >= MAX_DEPTH:
             return {}
         rest = {k: v for k, v in schema.items() if k != "$ref"}
-        return inline_refs({**target, **rest}, root, depth + 1)
-    return {k: inline_refs(v, root, depth) for k, v in schema.items() if k not in ("$defs", "definitions")}
+        return _inline({**target, **rest}, root, depth + 1, level, budget)
+    kept = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
+    return {k: _inline(v, root, depth, level + 1, budget) for k, v in kept.items()}
+
+
+def _subschemas(schema: dict[str, Any], where: str) -> list[tuple[Any, str]]:
+    """(child schema, its path) of every place a schema nests one: properties, items, alternatives, extras."""
+    children = [(sub, f"{where}.properties.{key}") for key, sub in (schema.get("properties") or {}).items()]
+    children += [(schema.get(key), f"{where}.{key}") for key in ("items", "additionalProperties")]
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        children += [(sub, f"{where}.{key}[{i}]") for i, sub in enumerate(options if isinstance(options, list) else [])]
+    return [(sub, path) for sub, path in children if isinstance(sub, dict)]
+
+
+def _own_limit_problem(schema: dict[str, Any], where: str) -> str | None:
+    """A `pattern`, size minimum or numeric bound of one schema node that the generator cannot honour safely."""
+    if "pattern" in schema:
+        problem = pattern_problem(schema["pattern"])
+        if problem:
+            return f"{where}.pattern: {problem}"
+    for key, cap in (("minLength", MAX_MIN_LENGTH), ("minItems", MAX_MIN_ITEMS)):
+        value = schema.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= cap):
+            return f"{where}.{key}: {value!r} is not a count from 0 to {cap} (the simulator makes values that long)"
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        value = bound(schema, key)
+        if value is not None and not math.isfinite(value):
+            return f"{where}.{key}: {value!r} is not a finite number"
+    return None
+
+
+def limit_problem(schema: Any, where: str) -> str | None:
+    """The first thing in a tool's (inlined) schema that would make checking or simulating it unbounded: an
+    invalid or oversized `pattern`, a `minLength`/`minItems` over its cap, an infinite bound, or a smallest
+    simulated value of more than MAX_VALUE_NODES values; None when it is bounded."""
+    pending = [(schema, where)]
+    while pending:
+        node, path = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        problem = _own_limit_problem(node, path)
+        if problem:
+            return problem
+        pending += _subschemas(node, path)
+    size = value_size(schema)
+    if size > MAX_VALUE_NODES:
+        return f"{where}: a simulated value would hold more than {MAX_VALUE_NODES} values (minItems of nested arrays?)"
+    return None
+
+
+def value_size(schema: Any, depth: int = 0) -> int:
+    """At most how many values `sample_value` (complete objects) makes for `schema` (capped past MAX_VALUE_NODES)."""
+    if not isinstance(schema, dict):
+        return 1
+    options = [o for o in schema.get("anyOf") or schema.get("oneOf") or [] if isinstance(o, dict)]
+    if options:
+        return min(MAX_VALUE_NODES + 1, max(value_size(option, depth) for option in options))
+    kind = schema_kind(schema)
+    if kind == "object" and depth < MAX_DEPTH:
+        subs = [sub for sub in (schema.get("properties") or {}).values() if isinstance(sub, dict)]
+        return min(MAX_VALUE_NODES + 1, 1 + sum(value_size(sub, depth + 1) for sub in subs))
+    if kind == "array":
+        low = schema.get("minItems", 1)
+        count = max(low if isinstance(low, int) else 1, 3)
+        return min(MAX_VALUE_NODES + 1, 1 + count * value_size(schema.get("items"), depth + 1))
+    return 1
 
 
 def schema_kind(schema: dict[str, Any]) -> str:
@@ -141,6 +230,8 @@ PATTERN_DRAWS = 100
 REPEAT_EXTRA = 3
 """An open-ended quantifier (`*`, `+`, `{m,}`) repeats at most this many times past its minimum (plus the
 string's minLength, which may need more)."""
+MAX_GENERATED_CHARS = 10_000
+"""Longest string drawn from a pattern (past it the pattern counts as one the generator cannot meet)."""
 POOL = string.ascii_letters + string.digits + " -_.:/@"
 """Characters drawn for `.` and negated classes."""
 
@@ -199,6 +290,8 @@ def _emit(items: Any, rng: random.Random, out: list[str], extra: int = REPEAT_EX
             out.append(_class_char(av, rng))
         elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None)):
             low, high, sub = av
+            if low > MAX_PATTERN_REPEAT or len(out) > MAX_GENERATED_CHARS:
+                raise UnsupportedPattern(f"repeats {low} times")
             for _ in range(rng.randint(low, min(high, low + extra))):
                 _emit(sub, rng, out, extra)
         elif op is sre.SUBPATTERN:
@@ -218,7 +311,7 @@ def pattern_string(pattern: str, rng: random.Random, low: int = 0, high: int | N
             out: list[str] = []
             _emit(parsed, rng, out, REPEAT_EXTRA + low)  # a minLength may need longer repeats
             text = "".join(out)
-            if low <= len(text) <= (high if high is not None else len(text)) and re.search(pattern, text):
+            if low <= len(text) <= (high if high is not None else len(text)) and pattern_search(pattern, text):
                 return text
     except (re.error, UnsupportedPattern, RecursionError):
         return None
