@@ -114,3 +114,10 @@ def run_command(
         return handler(args)
     except USER_ERRORS as err:
         return report_error(parser.prog, err)
+
+
+def check_range(flag: str, value: int, low: int, high: int) -> None:
+    """ValueError `<flag> must be in [low, high], got value` (one line, exit 2 under `run_command`) for a count
+    outside its bounds: a typo such as `--entities 1000000000` is refused before it runs for hours."""
+    if not low <= value <= high:
+        raise ValueError(f"{flag} must be in [{low:,}, {high:,}], got {value:,}")

@@ -7,7 +7,8 @@ JUDGE_DIR`: its held-out accuracy per perturbation kind beside the lexical fallb
 
 The trained judge is what the faithfulness gym uses with `judge: trained, judge_model: runs/judge` and what
 `k2post rephrase` uses with `fidelity_judge: model, judge_model: runs/judge` (docs/REPHRASE.md). A bad config or
-path is one line `k2post judge: error: ...` and exit status 2.
+path is one line `k2post judge: error: ...` and exit status 2; so is `eval --entities` outside [3, 10,000] or
+`--pairs` outside [2, 50,000] (before anything is built).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from k2post.command import add_config_arguments, command_parser, run_command
+from k2post.command import add_config_arguments, check_range, command_parser, run_command
 
 TEST_CORPUS_SEED = 1000  # test entities: a corpus seed no config trains or selects on
+# `judge eval` bounds: 10,000 entities build in ~4 s, 50,000 pairs are ~40x the default's judge calls; past them a
+# typo (--entities 1000000000) would run for hours, so it is refused (one line)
+MAX_TEST_ENTITIES, MAX_TEST_PAIRS = 10_000, 50_000
 
 
 def _progress(cfg: Any):
@@ -86,6 +90,8 @@ def held_out_report(judge_path: str, entities: int, pairs: int, seed: int) -> di
 
 
 def _eval(args: argparse.Namespace) -> int:
+    check_range("--entities", args.entities, 3, MAX_TEST_ENTITIES)
+    check_range("--pairs", args.pairs, 2, MAX_TEST_PAIRS)
     report = held_out_report(args.judge, args.entities, args.pairs, args.seed)
     print(f"{'kind':<22}{'trained':>9}{'lexical':>9}")
     for key in [k for k in report if k.startswith("judge_acc/")]:

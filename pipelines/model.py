@@ -13,14 +13,18 @@ compressed-tensors pack-quantized INT4 checkpoint K2 Thinking ships (k2post/quan
 `stats` counts total / active params, FLOPs and KV-cache bytes per token of a model built on the meta device
 (k2post/models/stats.py, docs/MODELS.md "Model stats").
 Exit status 2 (one line `k2post model: error: ...`) for an unknown flavor or preset, a dir that is not an HF
-model, a config of an unknown architecture, or an existing output dir.
+model, a config of an unknown architecture or with absurd values (k2post/models/config_check.py), missing or
+damaged weights, weights that do not fit in memory, a source without a tokenizer (prepare), an existing output dir,
+an output dir equal to, inside or containing the source (k2post/models/outdir.py), a flag out of its range, or an
+OSError of a path (permission denied, no space left). prepare and export write into a temporary dir beside the
+output and rename it into place when complete, so a failure leaves the old output (and always the source) as it was.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from k2post.command import command_parser, run_command
+from k2post.command import check_range, command_parser, run_command
 
 CHAT_FORMAT_ARG = {
     "choices": ("instruct", "thinking"),
@@ -35,6 +39,13 @@ def _init(args: argparse.Namespace) -> int:
 
     if args.flavor not in FLAVORS:  # before torch is imported: a typo is one line in well under a second
         raise KeyError(unknown_flavor_message(args.flavor))
+    check_range("--vocab-size", args.vocab_size, 1, 1 << 20)
+    check_range("--seed", args.seed, -(1 << 63), (1 << 63) - 1)  # what torch.manual_seed takes
+    from pathlib import Path
+
+    from k2post.models.outdir import check_new_dir
+
+    check_new_dir(Path(args.out), args.overwrite, "--out")
     from k2post.models.init import init_model_dir
 
     path = init_model_dir(
@@ -63,10 +74,12 @@ def _prepare(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    if not (Path(args.source) / "config.json").is_file():
-        raise FileNotFoundError(f"{args.source}: not an HF model dir (no config.json)")
-    if Path(args.int4).exists() and not args.overwrite:
-        raise FileExistsError(f"output dir {args.int4} exists: pass --overwrite or pick another --int4 dir")
+    check_range("--group-size", args.group_size, 1, 1 << 16)
+    from k2post.models.outdir import check_out_dir
+    from k2post.models.weights import check_model_source
+
+    check_model_source(Path(args.source), "MODEL_DIR")  # a mistake is one line before torch loads
+    check_out_dir(Path(args.source), Path(args.int4), args.overwrite, "--int4")
     from k2post.quant.export import export_int4
     from k2post.quant.qat import QATConfig
 
@@ -86,8 +99,7 @@ def _stats(args: argparse.Namespace) -> int:
         raise KeyError(f"unknown preset {args.preset!r}; known presets: {', '.join(stats.known_presets())}")
     if args.kv_dtype not in stats.KV_DTYPE_BYTES:
         raise ValueError(f"--kv-dtype {args.kv_dtype!r}: one of {', '.join(stats.KV_DTYPE_BYTES)}")
-    if args.context <= 0:
-        raise ValueError(f"--context must be positive, got {args.context}")
+    check_range("--context", args.context, 1, stats.MAX_CONTEXT)
     config = stats.preset_config(args.preset) if args.preset else stats.load_config(args.source)
     result = stats.model_stats(config, context=args.context, kv_dtype=args.kv_dtype)
     name = args.preset or args.source
@@ -101,6 +113,18 @@ def _flavors(args: argparse.Namespace) -> int:
     for name in sorted(FLAVORS):
         print(name)
     return 0
+
+
+def run_subcommand(args: argparse.Namespace) -> int:
+    """`args.func(args)`, with an OSError of the system (errno set: permission denied, a read-only or full disk, a
+    path that cannot be created) turned into one line `<path>: <reason>`, as every other user error is."""
+    try:
+        return args.func(args)
+    except OSError as err:
+        if err.errno is None:  # ours (FileNotFoundError / FileExistsError with a message): already one line
+            raise
+        where = f"{err.filename}: " if err.filename else ""
+        raise ValueError(f"{where}{err.strerror or err}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(build_parser(), argv, lambda args: args.func(args))
+    return run_command(build_parser(), argv, run_subcommand)
 
 
 if __name__ == "__main__":

@@ -13,19 +13,28 @@ What it does, and says it did:
   templates `k2post model init` writes, equal to k2post.chat.template's renderer);
 - resizes the input (and, when untied, output) embeddings to the new vocabulary; each new row is the mean of
   the old rows (a neutral start: the new tokens begin where an average token is, not at random norms);
-- writes model + tokenizer to `--out` (never over an existing non-empty dir unless `overwrite`).
+- writes model + tokenizer to a temporary dir beside `--out` and renames it into place when complete (an existing
+  non-empty `--out` is replaced only with `overwrite`, and only then; `--out` equal to, inside or containing the
+  source is refused, k2post.models.outdir).
+
+A source it cannot use is one line (PrepareError) before anything loads: no config.json, absurd config values
+(k2post.models.config_check), no tokenizer vocabulary file (prepare never makes a tokenizer up), missing, damaged or
+dangling-symlink weights (k2post.models.weights), or weights that do not fit in the memory available.
 
 Nothing else changes: the old tokens keep their ids and rows, the eos token stays the model's own.
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from k2post.chat.template import CHAT_TEMPLATES, check_chat_format, missing_special_tokens
 from k2post.chat.tokens import PAD
+from k2post.models.outdir import staged_dir
+
+VOCAB_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 
 
 class PrepareError(ValueError):
@@ -59,13 +68,50 @@ class PrepareReport:
 
 
 def check_dirs(source: Path, out: Path, overwrite: bool) -> None:
-    """PrepareError (one line) for a source that is not an HF model dir or a taken `out` (checks only)."""
+    """PrepareError (one line) for a source that is not a usable HF model dir (no or absurd config.json, no
+    tokenizer vocabulary, missing / damaged / dangling weights) or an `out` that may not be written (the source,
+    inside it, containing it, a file, taken; k2post.models.outdir). Reads only small files and headers."""
+    from k2post.models.outdir import check_out_dir
+    from k2post.models.weights import check_model_source
+
     if not (source / "config.json").is_file():
         raise PrepareError(f"{source}: not an HF model directory (no config.json)")
-    if out.resolve() == source.resolve():
-        raise PrepareError(f"--out {out}: must differ from the source dir (the source is left as it is)")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise PrepareError(f"--out {out}: exists and is not empty (pass --overwrite to replace it)")
+    try:
+        check_model_source(source, "HF_DIR")
+        if not any((source / name).is_file() for name in VOCAB_FILES):
+            raise PrepareError(
+                f"{source}: no tokenizer vocabulary ({', '.join(VOCAB_FILES)}): copy the model's tokenizer files "
+                "into it (prepare adds K2's tokens to the model's own tokenizer, it does not make one)"
+            )
+        check_out_dir(source, out, overwrite, "--out")
+    except (OSError, ValueError) as err:
+        raise PrepareError(str(err)) from None
+
+
+def load_source(source: Path) -> tuple[Any, Any]:
+    """(tokenizer, model) of `source`; PrepareError (one line) when transformers cannot load either or the
+    tokenizer is far smaller than the model's vocabulary (not this model's tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from k2post.models.load_errors import load_user_model
+    from k2post.models.weights import check_fits_in_memory
+
+    check_fits_in_memory(source, "HF_DIR")
+    try:
+        tokenizer, model = load_user_model(
+            source,
+            "HF_DIR",
+            lambda: (AutoTokenizer.from_pretrained(source), AutoModelForCausalLM.from_pretrained(source, dtype="auto")),
+        )
+    except ValueError as err:
+        raise PrepareError(str(err)) from None
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) < rows // 2:
+        raise PrepareError(
+            f"{source}: its tokenizer has {len(tokenizer)} tokens for {rows} embedding rows: not this model's "
+            "tokenizer (copy the model's own tokenizer files into the dir)"
+        )
+    return tokenizer, model
 
 
 def mean_init_new_rows(model, old_rows: int) -> None:
@@ -92,13 +138,10 @@ def prepare_model_dir(
     source: str | Path, out: str | Path, overwrite: bool = False, chat_format: str = "instruct"
 ) -> PrepareReport:
     """Write `source` with K2's special tokens, `chat_format`'s chat template and resized embeddings to `out`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     source, out = Path(source), Path(out)
     check_chat_format(chat_format)
     check_dirs(source, out, overwrite)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, torch_dtype="auto")
+    tokenizer, model = load_source(source)
     report = PrepareReport(str(source), str(out), vocab_before=model.get_input_embeddings().weight.shape[0])
     report.chat_format = chat_format
     missing = tokens_to_add(tokenizer)
@@ -118,9 +161,7 @@ def prepare_model_dir(
     report.vocab_after = model.get_input_embeddings().weight.shape[0]
     if tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    with staged_dir(out) as tmp:  # the old --out is replaced only once the new one is complete
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return report

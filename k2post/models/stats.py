@@ -34,6 +34,10 @@ init work), so a 1T-parameter config costs a few seconds and every count is that
 - what-if double heads: num_attention_heads x 2 with everything else kept (head dims, GQA KV heads; MLA
   has one KV head per query head, so they double too), rebuilt on the meta device, and the deltas.
 
+A config.json is read as user input: absurd size values (`hidden_size: 1e12`, 0 heads, a negative vocabulary, a
+string) are one line before anything is built (k2post/models/config_check.py), and whatever transformers still
+refuses while building is one line too; `context` is at most MAX_CONTEXT.
+
 Presets: `kimi-k2` and `deepseek-v3` (their published configs, no MTP layer) and the repo's tiny
 flavors at the default tokenizer's 4096-row vocabulary (`k2post model init --vocab-size`).
 """
@@ -41,16 +45,18 @@ flavors at the default tokenizer's 4096-row vocabulary (`k2post model init --voc
 from __future__ import annotations
 
 import copy
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
+
+from k2post.models.config_check import check_model_config, read_config_json
 
 if TYPE_CHECKING:  # torch and transformers load only when a model is built (a typo is reported in well under 1 s)
     import torch
     from transformers import PretrainedConfig
 
 DEFAULT_CONTEXT = 4096
+MAX_CONTEXT = 1 << 30  # keys one token attends to; 1B is far past any model's window
 FLAVOR_VOCAB = 4096  # the default tokenizer's size (k2post model init --vocab-size), a multiple of 64
 KV_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4, "fp8": 1}
 CATEGORIES = ("attention", "routed_experts", "shared_experts", "dense_mlp", "router", "embeddings", "head", "norms")
@@ -129,12 +135,10 @@ def load_config(path: str | Path) -> PretrainedConfig:
         raise FileNotFoundError(f"{path}: no such model dir or config.json")
     if not file.is_file():
         raise FileNotFoundError(f"{path}: not an HF model dir (no config.json)")
-    try:
-        raw = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{file}: not a JSON config ({err})") from None
-    if not isinstance(raw, dict) or not raw.get("model_type"):
+    raw = read_config_json(file)
+    if not raw.get("model_type"):
         raise ValueError(f"{file}: no model_type (not an HF model config)")
+    check_model_config(raw, str(file))
     from transformers import CONFIG_MAPPING
 
     model_type = known_model_type(raw)
@@ -142,7 +146,7 @@ def load_config(path: str | Path) -> PretrainedConfig:
         raise ValueError(f"{file}: unknown architecture (model_type {raw['model_type']!r} is not in transformers)")
     try:
         return CONFIG_MAPPING[model_type].from_dict({**raw, "model_type": model_type})
-    except (TypeError, ValueError, KeyError) as err:
+    except Exception as err:  # noqa: BLE001 (user input: any refusal of transformers is a bad config, one line)
         raise ValueError(f"{file}: not a valid {model_type} config ({_first_line(err)})") from None
 
 
@@ -178,7 +182,7 @@ def meta_model(config: PretrainedConfig) -> torch.nn.Module:
         if "Unrecognized configuration class" in str(err):
             raise ValueError(f"unknown architecture: transformers has no causal LM for {config.model_type!r}") from None
         raise ValueError(f"cannot build a {config.model_type!r} model from this config: {_first_line(err)}") from None
-    except (TypeError, AttributeError) as err:
+    except Exception as err:  # noqa: BLE001 (ZeroDivisionError, RuntimeError, ... of a config no check caught)
         raise ValueError(f"cannot build a {config.model_type!r} model from this config: {_first_line(err)}") from None
 
 
@@ -339,8 +343,8 @@ def what_if_double_heads(config: PretrainedConfig, base: dict[str, Any], context
 
 def model_stats(config: PretrainedConfig, context: float = DEFAULT_CONTEXT, kv_dtype: str = "bf16") -> dict:
     """Every figure of `k2post model stats` for `config` (the `--json` object)."""
-    if context <= 0:
-        raise ValueError(f"--context must be positive, got {context}")
+    if not 0 < context <= MAX_CONTEXT:
+        raise ValueError(f"--context must be in (0, {MAX_CONTEXT:,}], got {context:,}")
     base = core_stats(config, context, kv_dtype)
     return {
         "model_type": config.model_type,

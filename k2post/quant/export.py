@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from k2post.models.outdir import check_out_dir, staged_dir
+from k2post.models.weights import check_model_source
 from k2post.quant.int4 import dequantize_int4, pack_int4, quantize_int4, unpack_int4
 from k2post.quant.qat import QATConfig, qat_targets
 
@@ -82,13 +84,12 @@ def export_int4(source: str | Path, out: str | Path, cfg: QATConfig, overwrite: 
     """Write `source` (an HF model dir) to `out` with the QAT targets in INT4 pack-quantized format."""
     from safetensors.torch import save_file
 
-    from k2post.models.loading import load_causal_lm
     from k2post.rollout.weight_update import checkpoint_named_tensors
 
     source, out = Path(source), Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"output dir {out} exists: pass --overwrite or pick another --out")
-    model = load_causal_lm(source)
+    check_model_source(source, "MODEL_DIR")
+    check_out_dir(source, out, overwrite, "--int4")
+    model = load_source(source)
     quantized = _quantized_names(model, cfg)
     tensors, dense_bytes, int4_bytes = {}, 0, 0
     for name, tensor in checkpoint_named_tensors(model):
@@ -105,21 +106,30 @@ def export_int4(source: str | Path, out: str | Path, cfg: QATConfig, overwrite: 
         tensors.update(packed)
         dense_bytes += tensor.numel() * tensor.element_size()
         int4_bytes += sum(t.numel() * t.element_size() for t in packed.values())
-    _write_dir(source, out, overwrite)
-    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
-    (out / WEIGHTS).chmod(0o644)  # safetensors writes 0600; the other files keep the source's modes
     ignore = [n for n in _linear_names(model) if f"{n}.weight" not in quantized]
     config = json.loads((source / "config.json").read_text())
     config["quantization_config"] = quantization_config(cfg.group_size, ignore)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    with staged_dir(out) as tmp:  # the old OUT is replaced only once the new one is complete
+        _copy_other_files(source, tmp)
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
+        (tmp / WEIGHTS).chmod(0o644)  # safetensors writes 0600; the other files keep the source's modes
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return ExportReport(out, len(quantized), dense_bytes, int4_bytes)
 
 
-def _write_dir(source: Path, out: Path, overwrite: bool) -> None:
-    """`out` with the source's non-weight files (tokenizer, generation config); its weights come after."""
-    if out.exists() and overwrite:
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+def load_source(source: Path) -> torch.nn.Module:
+    """The model of `source` in float32 (what the quantizer reads); ValueError (one line) when it does not fit in
+    memory or transformers cannot build it from its files (weights of other shapes than its config says)."""
+    from k2post.models.load_errors import load_user_model
+    from k2post.models.loading import load_causal_lm
+    from k2post.models.weights import check_fits_in_memory
+
+    check_fits_in_memory(source, "MODEL_DIR", bytes_per_weight=4)
+    return load_user_model(source, "MODEL_DIR", lambda: load_causal_lm(source))
+
+
+def _copy_other_files(source: Path, out: Path) -> None:
+    """The source's non-weight files (tokenizer, generation config) into `out`; weights and config come after."""
     for path in source.iterdir():
         if path.is_file() and path.suffix != ".safetensors" and path.name not in ("config.json",):
             if not path.name.endswith(".safetensors.index.json"):

@@ -48,6 +48,7 @@ __all__ = ["Document", "RephraseError", "load_documents", "run_rephrase"]
 STAT_KEYS = ("documents", "originals", "rewrites_kept", "rewrites_dropped", "chunks", "chunk_retries")
 STAT_KEYS += ("tokens_in", "tokens_out")
 # settings a resumed run may change (a shard of other documents, after a new limit or shard_size, is redone)
+CALL_FAILURES = ("rewrite failed:", "judge call failed:")  # drop reasons of a failed endpoint call
 RESUME_IGNORED = frozenset({"resume", "limit", "shard_size", "llm", "out_dir"})
 
 
@@ -355,6 +356,30 @@ def make_judge(cfg: RephraseConfig, client: Any) -> ChunkJudge:
         raise RephraseError(f"judge_model: {(str(err).splitlines() or [''])[0]}") from None
 
 
+def preflight(client: Any, base_url: str) -> None:
+    """One tiny chat call before the run: an endpoint that is down, refuses the key or serves no such model is one
+    RephraseError line (exit 2) now, not a retried failure on every document and "0 kept" at the end."""
+    from k2post.chat.types import Message
+
+    try:
+        client.chat([Message(role="user", content="Reply with OK.")], temperature=0.0, max_tokens=1)
+    except Exception as err:  # noqa: BLE001 (LLMClientError, a bad reply: the endpoint cannot serve this run)
+        raise RephraseError(
+            f"llm endpoint {base_url} does not answer ({shorten(str(err), 200)}): start it (e.g. `k2post serve`) "
+            "or fix llm.base_url / llm.model / llm.api_key"
+        ) from None
+
+
+def call_failures_only(shards: list[Shard]) -> str | None:
+    """The last reason when nothing was kept and every dropped rewrite was a failed endpoint call (the endpoint died
+    during the run), else None."""
+    dropped = [record for shard in shards for record in shard.dropped]
+    if not dropped or any(row["rewrite_index"] for shard in shards for row in shard.rows):
+        return None
+    failed = [d["reason"] for d in dropped if d["reason"].startswith(CALL_FAILURES)]
+    return failed[-1] if len(failed) == len(dropped) else None
+
+
 def make_job(cfg: RephraseConfig, rewriter: Rewriter | None, judge: ChunkJudge | None) -> RephraseJob:
     """Rewriter and judge from the config where not given (one HTTP client for both, closed by `job.close`)."""
     needs_client = (rewriter is None and cfg.backend == "llm") or (judge is None and cfg.fidelity_judge == "llm")
@@ -363,6 +388,11 @@ def make_job(cfg: RephraseConfig, rewriter: Rewriter | None, judge: ChunkJudge |
         from k2post.llm.http_client import HTTPLLMClient
 
         client = HTTPLLMClient(cfg.llm)
+        try:
+            preflight(client, cfg.llm.base_url)
+        except BaseException:
+            client.close()
+            raise
     close = client.close if client is not None else (lambda: None)
     if rewriter is None:
         sampling = cfg.llm_sampling
@@ -488,6 +518,12 @@ def run_rephrase(
         shards = rephrase_all(docs, job, out, console)
     finally:
         job.close()
+    failure = call_failures_only(shards)
+    if failure is not None:
+        raise RephraseError(
+            f"no rewrite kept: every one of {sum(len(s.dropped) for s in shards)} rewrites failed on an endpoint call "
+            f"(last: {shorten(failure, 200)}); the shards written so far stay in {out} for --resume"
+        )
     write_dataset([row for s in shards for row in s.rows], out / "dataset")
     write_atomic(out / "dropped.jsonl", jsonl([record for s in shards for record in s.dropped]))
     stats = run_stats(shards, skipped, time.monotonic() - start)

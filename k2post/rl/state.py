@@ -68,12 +68,17 @@ class ControllerState:
         tmp = target.with_name(f".{target.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        trainers.save(str(tmp))
-        self.paused = rollouts.export_paused()
-        with open(tmp / STATE_FILE, "wb") as handle:
-            pickle.dump(self, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with checkpoints.disk_full_is_one_line(target):
+                trainers.save(str(tmp))
+                self.paused = rollouts.export_paused()
+                with open(tmp / STATE_FILE, "wb") as handle:
+                    pickle.dump(self, handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint frees its space; the older ones stay
+            raise
         checkpoints.publish(tmp, target)
         checkpoints.prune_checkpoints(run_dir, keep, ITERATION_PREFIX, (STATE_FILE,))
         return target

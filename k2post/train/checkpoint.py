@@ -10,7 +10,9 @@ Layout of `<run_dir>/checkpoints/step-N/` (and `<run_dir>/final/`, which has no 
 
 Writes are atomic: everything goes into `.<name>.tmp` next to the target, and rank 0 renames
 it into place after a barrier, so a crash never leaves a half-written `step-N` behind and
-`latest_checkpoint` only ever sees complete ones. Resume loads the engine state with
+`latest_checkpoint` only ever sees complete ones. A write that runs out of disk (ENOSPC, or a failed torch
+write while the disk is all but full: `is_disk_full`) is DiskFullError, one line naming the run dir; the
+partial temp dir is removed and the checkpoints before it are kept. Resume loads the engine state with
 DeepSpeed's `load_checkpoint` (same world size and ZeRO stage) and continues at the saved step;
 the data stream and the lr schedule are functions of the step (`batching`, `schedule`).
 """
@@ -18,23 +20,31 @@ the data stream and the lr schedule are functions of the step (`batching`, `sche
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from k2post.command import UserError
 from k2post.train.distributed import DistInfo, barrier
 
 STATE_FILE = "trainer_state.json"
 ENGINE_DIR, ENGINE_TAG = "engine", "state"
 CHECKPOINTS_DIR = "checkpoints"
 SFT_MARKERS = (STATE_FILE, ENGINE_DIR)
+NO_SPACE_MARKERS = ("No space left on device", "Disk quota exceeded", "StorageFull", "os error 28")
+LOW_FREE_BYTES = 64 << 20  # below this, a failed write is taken for a full disk (torch does not say why)
 """What a complete SFT step-N checkpoint holds (RL's iter-N: its controller state, `k2post.rl.state`)."""
+
+
+class DiskFullError(UserError):
+    """A checkpoint could not be written because the run dir's disk is full (one line; the older ones are kept)."""
 
 
 class ResumeError(ValueError):
@@ -109,15 +119,59 @@ def publish(tmp: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def is_disk_full(err: BaseException, free_bytes: int | None) -> bool:
+    """Whether a failed checkpoint write ran out of disk: an OSError of ENOSPC / EDQUOT anywhere in its chain, a
+    message that says so (safetensors' `StorageFull`, a Ray task error's text), or an OSError / RuntimeError (torch's
+    "file write failed") while less than LOW_FREE_BYTES were free on the run dir's file system."""
+    seen: set[int] = set()
+    chain: BaseException | None = err
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        if isinstance(chain, OSError) and chain.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(marker in str(chain) for marker in NO_SPACE_MARKERS):
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return isinstance(err, (OSError, RuntimeError)) and free_bytes is not None and free_bytes < LOW_FREE_BYTES
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the file system of `path` (or its nearest existing parent); None when it cannot be asked."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def disk_full_is_one_line(target: Path) -> Iterator[None]:
+    """Re-raise a failed write of checkpoint `target` that ran out of disk as DiskFullError (one line naming the
+    run dir); any other error as it is."""
+    try:
+        yield
+    except Exception as err:
+        if not is_disk_full(err, free_bytes(target.parent)):
+            raise
+        run_dir = target.parent.parent if target.parent.name == CHECKPOINTS_DIR else target.parent
+        raise DiskFullError(
+            f"no space left on the device of run dir {run_dir}: checkpoint {target.name} was not written (the "
+            "previous checkpoints are kept): free space, then continue with --resume"
+        ) from err
+
+
 def write_atomically(target: Path, dist: DistInfo, write: Callable[[Path], None]) -> Path:
-    """Every rank calls `write(tmp)`; rank 0 then renames tmp to `target`. Collective (barriers)."""
+    """Every rank calls `write(tmp)`; rank 0 then renames tmp to `target`. Collective (barriers). Running out of
+    disk is DiskFullError; the partial tmp is removed and the checkpoints before it stay."""
     tmp = target.with_name(f".{target.name}.tmp")
     if dist.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     barrier()
     try:
-        write(tmp)
+        with disk_full_is_one_line(target):
+            write(tmp)
         barrier()
         if dist.is_main:
             publish(tmp, target)

@@ -98,7 +98,7 @@ def test_prepare_errors_are_one_line(tmp_path, capsys):
     cases = [
         ([str(tmp_path), "--out", str(tmp_path / "o")], "not an HF model directory (no config.json)"),
         ([str(source), "--out", str(tmp_path / "taken")], "exists and is not empty (pass --overwrite"),
-        ([str(source), "--out", str(source)], "must differ from the source dir"),
+        ([str(source), "--out", str(source)], "is the source dir"),
     ]
     for argv, needle in cases:
         assert main(["prepare", *argv]) == 2

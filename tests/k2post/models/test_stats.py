@@ -165,7 +165,7 @@ def test_a_remote_code_config_is_read_by_its_architecture(tmp_path, capsys):
         (["{tmp}/bad.json"], "bad.json: not a JSON config"),
         ([], "give one of MODEL_DIR, CONFIG_JSON or --preset NAME"),
         (["--preset", "tiny-k2", "--kv-dtype", "int3"], "--kv-dtype 'int3': one of bf16"),
-        (["--preset", "tiny-k2", "--context", "0"], "--context must be positive"),
+        (["--preset", "tiny-k2", "--context", "0"], "--context must be in [1, 1,073,741,824], got 0"),
     ],
 )
 def test_cli_bad_input_is_one_line(tmp_path, capsys, argv, message):

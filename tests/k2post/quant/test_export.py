@@ -93,7 +93,7 @@ def test_cli_export_and_its_errors(tiny_k2_dir, tmp_path, capsys):
     assert main(["export", str(tiny_k2_dir), "--int4", str(tmp_path / "a")]) == 0
     assert "72 linears quantized" in capsys.readouterr().out
     assert main(["export", str(tiny_k2_dir), "--int4", str(tmp_path / "a")]) == 2
-    assert "exists: pass --overwrite" in capsys.readouterr().err
+    assert "exists and is not empty (pass --overwrite" in capsys.readouterr().err
     assert main(["export", str(tmp_path), "--int4", str(tmp_path / "b")]) == 2
     assert "not an HF model dir" in capsys.readouterr().err
     assert main(["export", str(tiny_k2_dir), "--int4", str(tmp_path / "c"), "--group-size", "48"]) == 2

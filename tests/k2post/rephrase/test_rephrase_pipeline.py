@@ -192,14 +192,38 @@ def test_llm_rewrites_are_retried_dropped_and_counted(tmp_path):
     assert all("As a museum guide." in p for p in client.prompts)
 
 
-def test_an_unreachable_judge_endpoint_drops_and_counts(tmp_path):
-    """`fidelity_judge: llm` builds an HTTP client of `llm`; a dead endpoint is a drop reason, not a crash."""
+@pytest.mark.parametrize("fields", [{"fidelity_judge": "llm"}, {"backend": "llm"}])
+def test_an_unreachable_endpoint_is_refused_before_the_run(tmp_path, fields):
+    """One preflight call before any document: a dead endpoint is one line (exit 2), not a retried failure on every
+    document and "0 kept" with exit 0."""
     llm = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "max_retries": 0, "timeout_s": 5}
-    cfg = config(tmp_path, input={"synthetic_entities": 3}, fidelity_judge="llm", llm=llm, max_retries=0)
-    stats = run_rephrase(cfg, QUIET)
-    assert stats["rewrites_kept"] == 0 and stats["rewrites_dropped"] == 3
-    dropped = [json.loads(line) for line in (tmp_path / "out" / "dropped.jsonl").read_text().splitlines()]
-    assert all(d["reason"].startswith("judge call failed: LLMClientError: ") for d in dropped), dropped
+    inp = (
+        {"path": str(write_jsonl(tmp_path / "docs.jsonl", DOCS))} if "backend" in fields else {"synthetic_entities": 3}
+    )
+    cfg = config(tmp_path, input=inp, llm=llm, max_retries=0, **fields)
+    with pytest.raises(RephraseError, match=r"^llm endpoint http://127.0.0.1:9/v1 does not answer \(.*connection"):
+        run_rephrase(cfg, QUIET)
+    assert not (tmp_path / "out").exists()
+
+
+class DiesAfterPreflight:
+    """An endpoint that answers the preflight, then fails every call (a server that died during the run)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def chat(self, messages, **kw):
+        self.calls += 1
+        raise LLMClientError("POST /v1/chat/completions: connection failed (ConnectError) after 4 attempt(s)")
+
+
+def test_a_run_whose_every_call_failed_is_an_error_not_zero_kept(tmp_path):
+    cfg = llm_config(tmp_path, write_jsonl(tmp_path / "docs.jsonl", DOCS))
+    client = DiesAfterPreflight()
+    with pytest.raises(RephraseError, match=r"no rewrite kept: every one of 3 rewrites failed on an endpoint call"):
+        run_rephrase(cfg, QUIET, rewriter=LLMRewriter(client))
+    assert client.calls == 3 * 2 and not (tmp_path / "out" / "dataset").exists()  # 1 + max_retries per document
+    assert len(shard_rows(tmp_path / "out")) == 0 and list((tmp_path / "out" / "shards").glob("*.jsonl"))
 
 
 def test_hf_dataset_input_and_id_free_rows(tmp_path):
