@@ -233,3 +233,18 @@ class HTTPLLMClient:
         if not isinstance(text, str):
             raise LLMClientError(f"completion: choice has no text: {_excerpt(json.dumps(choice))}")
         return text, choice.get("finish_reason")
+
+
+def endpoint_problem(client: Any, base_url: str) -> str | None:
+    """One tiny chat call before a long run; None when the endpoint answers, else one line saying what to fix (an
+    endpoint that is down, refuses the key or serves no such model would otherwise fail every item of the run)."""
+    try:
+        client.chat([Message(role="user", content="Reply with OK.")], temperature=0.0, max_tokens=1)
+    except Exception as err:  # noqa: BLE001 (LLMClientError, a bad reply: the endpoint cannot serve this run)
+        reason = " ".join(str(err).split())
+        reason = reason if len(reason) <= 200 else reason[:199] + "…"
+        return (
+            f"llm endpoint {base_url} does not answer ({reason}): start it (e.g. `k2post serve`) "
+            "or fix llm.base_url / llm.model / llm.api_key"
+        )
+    return None

@@ -359,15 +359,11 @@ def make_judge(cfg: RephraseConfig, client: Any) -> ChunkJudge:
 def preflight(client: Any, base_url: str) -> None:
     """One tiny chat call before the run: an endpoint that is down, refuses the key or serves no such model is one
     RephraseError line (exit 2) now, not a retried failure on every document and "0 kept" at the end."""
-    from k2post.chat.types import Message
+    from k2post.llm.http_client import endpoint_problem
 
-    try:
-        client.chat([Message(role="user", content="Reply with OK.")], temperature=0.0, max_tokens=1)
-    except Exception as err:  # noqa: BLE001 (LLMClientError, a bad reply: the endpoint cannot serve this run)
-        raise RephraseError(
-            f"llm endpoint {base_url} does not answer ({shorten(str(err), 200)}): start it (e.g. `k2post serve`) "
-            "or fix llm.base_url / llm.model / llm.api_key"
-        ) from None
+    problem = endpoint_problem(client, base_url)
+    if problem is not None:
+        raise RephraseError(problem)
 
 
 def call_failures_only(shards: list[Shard]) -> str | None:

@@ -107,11 +107,18 @@ def focused(domains: dict[str, Domain], templates: list[str]) -> dict[str, Domai
 
 
 def _client(cfg: SynthConfig):
+    """The HTTP client of `cfg.llm` (None without one), checked with one tiny call first (`endpoint_problem`): an
+    unreachable endpoint is one SynthError line, not a failed attempt on every task."""
     if cfg.llm is None:
         return None
-    from k2post.llm.http_client import HTTPLLMClient
+    from k2post.llm.http_client import HTTPLLMClient, endpoint_problem
 
-    return HTTPLLMClient(cfg.llm)
+    client = HTTPLLMClient(cfg.llm)
+    problem = endpoint_problem(client, cfg.llm.base_url)
+    if problem is not None:
+        client.close()
+        raise SynthError(problem)
+    return client
 
 
 def make_judge(cfg: SynthConfig, client) -> Judge:

@@ -117,3 +117,22 @@ def test_prompt_datasets_config_errors(chats: Path) -> None:
     with pytest.raises(ValidationError, match="path: give the dataset"):
         SynthConfig(domains=[], prompt_datasets=[{}], **llm)
     assert SynthConfig(domains=[], prompt_datasets=[entry], **llm).prompt_datasets[0].key == "chats"
+
+
+def test_an_unreachable_llm_endpoint_is_one_line_before_any_task(chats: Path, tmp_path: Path) -> None:
+    """The endpoint is checked once before the run (no attempt on every prompt, no "0 accepted" at the end)."""
+    from k2post.synth.pipeline import SynthError, run_synth
+
+    llm = {"base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 2.0}
+    cfg = SynthConfig(
+        domains=[],
+        prompt_datasets=[{"path": str(chats)}],
+        agent="llm",
+        judge="llm",
+        llm=llm,
+        out_dir=str(tmp_path / "out"),
+    )
+    with pytest.raises(SynthError, match=r"llm endpoint http://127.0.0.1:9/v1 does not answer .*k2post serve"):
+        run_synth(cfg)
+    shards = list((tmp_path / "out" / "shards").glob("*.jsonl"))
+    assert all(not shard.read_text().strip() for shard in shards)  # no task was attempted
