@@ -58,7 +58,7 @@ def test_list_shows_the_entry_point_env(installed):
 @pytest.mark.parametrize("extra", [[], ["--isolated"]])
 def test_golden_of_the_entry_point_env_passes(installed, extra):
     golden = installed / "k2post_example_env" / "golden" / "echo_upper.jsonl"
-    proc = _k2post("envs", "test", "echo_upper", "--golden", str(golden), *extra, path=[installed])
+    proc = _k2post("envs", "test", "echo_upper", "--golden", str(golden), "--no-hacks", *extra, path=[installed])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("PASS") == 5 and "OK: 5 cases in 1 environment(s), 5 passed, 0 failed" in proc.stdout
 

@@ -165,7 +165,9 @@ def test_scoring_errors_fail_unless_expected(tmp_path):
     results = run_golden("toy_faulty", path)
     assert [r.passed for r in results] == [False, True, False]
     assert results[0].detail == "scoring error" and results[0].error.startswith("ValueError: bad response (at ")
-    assert results[0].error.endswith("k2post_toy_envs.py:156)")  # the scorer's raise line (test_env_workers.py)
+    toy_lines = (Path(__file__).parent / "k2post_toy_envs.py").read_text().splitlines()
+    raise_line = toy_lines.index('            raise ValueError("bad response")') + 1
+    assert results[0].error.endswith(f"k2post_toy_envs.py:{raise_line})")  # the scorer's raise line
     assert results[2].detail == "expected a scoring error, got none"
 
 
