@@ -35,6 +35,10 @@ class Trajectory:
     # tokens before the first trained one (`<|im_assistant|>`, `assistant`, `<|im_middle|>` in the instruct format)
 
 
+MALFORMED = "zzmalformedzz"
+"""Stands in for the malformed turn while rendering (its ids are put in afterwards: `_with_malformed_ids`)."""
+
+
 def _malformed_turn(call: ToolCall) -> str:
     """A K2 tool call whose arguments are broken JSON."""
     args = render_assistant_body(Message(role="assistant", tool_calls=[call])).split(TOOL_CALL_ARG_BEGIN)[1]
@@ -56,7 +60,7 @@ def reference_trajectory(env, task: Task, tokenizer, malformed_first: bool = Fal
         if malformed_first and index == 0:
             raw = _malformed_turn(calls[0])
             errors = parse_assistant(raw, start_index=0, known_tools=[t.name for t in tools]).errors
-            rest += [Message(role="assistant", content=raw), *parse_error_messages(errors, 0)]
+            rest += [Message(role="assistant", content=MALFORMED), *parse_error_messages(errors, 0)]
             index += len(errors)
             calls = [c.model_copy(update={"id": format_call_id(c.name, index + i)}) for i, c in enumerate(calls)]
         message = Message(role="assistant", tool_calls=calls)
@@ -66,9 +70,25 @@ def reference_trajectory(env, task: Task, tokenizer, malformed_first: bool = Fal
     rest.append(Message(role="assistant", content=scenario.reference_answer))
     env.step(state, rest[-1])
     cont = render_continuation_ids(tokenizer, rest, add_generation_prompt=False)
+    cont_ids, cont_mask = cont.input_ids, cont.assistant_mask
     turns = [m for m in rest if m.role == "assistant"]
-    ids, mask = prompt.input_ids + cont.input_ids, prompt.assistant_mask + cont.assistant_mask
+    if malformed_first:
+        cont_ids, cont_mask = _with_malformed_ids(tokenizer, cont_ids, cont_mask, raw)
+        turns = [m.model_copy(update={"content": raw}) if m.content == MALFORMED else m for m in turns]
+    ids, mask = prompt.input_ids + cont_ids, prompt.assistant_mask + cont_mask
     return Trajectory(task, ids, mask, turns, len(prompt.input_ids))
+
+
+def _with_malformed_ids(tokenizer, ids: list[int], mask: list[int], raw: str) -> tuple[list[int], list[int]]:
+    """The placeholder turn's ids replaced by the malformed call as the model emits it: its K2 tool-call tokens as
+    special ids (the renderer keeps special-token strings in content as text, so the turn cannot be rendered)."""
+    placeholder = tokenizer(MALFORMED, add_special_tokens=False)["input_ids"]
+    raw_ids = tokenizer(raw, add_special_tokens=False)["input_ids"]  # special-token strings parse as specials here
+    at = next(i for i in range(len(ids)) if ids[i : i + len(placeholder)] == placeholder)
+    bit = mask[at]
+    return ids[:at] + raw_ids + ids[at + len(placeholder) :], mask[:at] + [bit] * len(raw_ids) + mask[
+        at + len(placeholder) :
+    ]
 
 
 def _split(traj: Trajectory) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
