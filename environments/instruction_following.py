@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from k2post_environments.answer_extraction import SPECIAL_TOKEN
+from k2post.chat.tokens import TOKEN_SHAPED
 from k2post.chat.types import Message
 from k2post.envs.base import EnvConfig, Environment, HonestPair, Play, Reward, Split, Task
 from k2post.envs.registry import register_environment
@@ -808,16 +809,20 @@ class InstructionFollowingEnv(Environment):
 
     def score(self, task: Task, response: str) -> Reward:
         """Fraction of constraints met (or all-or-nothing) by a response that answers the request; special
-        tokens are dropped first, and a response that does not answer (see module doc) meets none."""
+        tokens are dropped first, and a response that does not answer (see module doc) or carries chat
+        special-token strings (injected structure) meets none."""
         if not isinstance(response, str):
             response = "" if response is None else str(response)
         specs = task.answer if isinstance(task.answer, list) else []
         constraints = [constraint_from_spec(spec) for spec in specs]
         if not constraints:
             return Reward(value=0.0, info={"error": "task has no constraints"})
+        injected = TOKEN_SHAPED.search(response) is not None
         response = SPECIAL_TOKEN.sub("", response)
         has_words = _WORD.search(response) is not None
         problem = _answer_problem(task, response) if has_words and self.config.require_answer else None
+        if injected and self.config.require_answer:
+            problem = "chat special-token strings in the text (injected structure, not prose)"
         breakdown = {
             f"{index}:{constraint.kind}": float(has_words and problem is None and _safe_check(constraint, response))
             for index, constraint in enumerate(constraints)
