@@ -229,19 +229,27 @@ def answer_matches(groups: list[list[str]], text: str) -> bool:
     return all(any(_found(normalize_answer(alt).strip(), haystack) for alt in group) for group in groups)
 
 
-DIGITS = re.compile(r"\d+")
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def numbers(text: str) -> set[str]:
+    """The numbers written in `text`, by value ("$1,355.16" -> "1355.16", "100.00" -> "100", "03" -> "3")."""
+    return {
+        f"{float(found):g}" if "." in found else str(int(found)) for found in NUMBER.findall(THOUSANDS.sub("", text))
+    }
 
 
 def stray_numbers(groups: list[list[str]], text: str, context: str) -> list[str]:
     """Numbers of a final answer that no expected alternative and nothing the episode showed (`context`: the
     prompt and the tool results) holds: a second candidate value, as in the hedge "41 42 43" around 42. Only
-    answers expected to state a number are checked ([] otherwise); numbers are compared as digit runs, so
-    "$1,355.16" and "1355.16" agree."""
-    expected = {run for group in groups for alternative in group for run in DIGITS.findall(alternative)}
+    answers expected to state a number are checked ([] otherwise); numbers compare by value, so "$1,355.16" and
+    "1355.16" agree, as do "100.00" and "100"."""
+    expected = {number for group in groups for alternative in group for number in numbers(alternative)}
     if not expected:
         return []
-    known = expected | set(DIGITS.findall(context))
-    return [run for run in DIGITS.findall(text) if run not in known and run.lstrip("0") not in known]
+    known = expected | numbers(context)
+    return sorted(numbers(text) - known)
 
 
 def answer_ok(scenario: Scenario, text: str, context: str | None = None) -> bool:

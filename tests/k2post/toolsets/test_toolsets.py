@@ -22,6 +22,7 @@ from k2post.toolsets.checks import (
     answer_matches,
     check_checkpoint,
     check_state,
+    stray_numbers,
     values_match,
 )
 from k2post.toolsets.filesystem import FileSystemState
@@ -492,3 +493,18 @@ def test_ordered_checkpoint(calls: list[ToolCallRecord], expected: bool) -> None
 )
 def test_state_checks(check: StateCheck, expected: bool) -> None:
     assert check_state(check, fs_state().model_dump(mode="json")) is expected
+
+
+@pytest.mark.parametrize(
+    "groups, text, context, stray",
+    [
+        ([["42"]], "The answer is 42.", "Multiply 6 by 7.", []),
+        ([["42"]], "The answer is 41 42 43.", "Multiply 6 by 7.", ["41", "43"]),  # a hedge around the value
+        ([["42"]], "6 x 7 = 42.", "Multiply 6 by 7.", []),  # operands come from the prompt
+        ([["351.08"]], "Moved $351.08; travel now holds $100.00.", "Leave $100 in travel.", []),  # by value
+        ([["1355.16"]], "Your savings balance is now $1,355.16.", "", []),  # thousands separator
+        ([["Frank"]], "Invited: Frank, Bob.", "", []),  # answers without a number are not checked
+    ],
+)
+def test_stray_numbers_are_candidate_values_the_episode_never_showed(groups, text, context, stray):
+    assert stray_numbers(groups, text, context) == stray
