@@ -235,9 +235,14 @@ THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 def numbers(text: str) -> set[str]:
     """The numbers written in `text`, by value ("$1,355.16" -> "1355.16", "100.00" -> "100", "03" -> "3")."""
-    return {
-        f"{float(found):g}" if "." in found else str(int(found)) for found in NUMBER.findall(THOUSANDS.sub("", text))
-    }
+    return {_by_value(found) for found in NUMBER.findall(THOUSANDS.sub("", text))}
+
+
+def _by_value(number: str) -> str:
+    """A written number in one spelling per value, without converting it (a reply may hold a million digits)."""
+    whole, _, fraction = number.partition(".")
+    whole, fraction = whole.lstrip("0") or "0", fraction.rstrip("0")
+    return f"{whole}.{fraction}" if fraction else whole
 
 
 def stray_numbers(groups: list[list[str]], text: str, context: str) -> list[str]:
