@@ -328,6 +328,13 @@ def book_first_free(rng: random.Random) -> Scenario:
     )
 
 
+def _others_that_day(state: CalendarState, date: str, target: Event) -> list[str]:
+    """People on the day's other meetings but not invited to `target`: an answer naming one of them besides the
+    invitees is a hedge, not the list asked for."""
+    others = {person for event in day_events(state, date) if event.id != target.id for person in event.attendees}
+    return sorted(others - set(target.attendees))
+
+
 def cancel_meeting(rng: random.Random) -> Scenario:
     """Cancel a meeting by title and report its attendees."""
     weekday, date = rng.choice(WEEK)
@@ -351,6 +358,7 @@ def cancel_meeting(rng: random.Random) -> Scenario:
             Checkpoint(id="deleted_target", calls=[called("delete_event", event_id=target.id)]),
         ],
         answer=[[person] for person in target.attendees],
+        wrong_answers=_others_that_day(state, date, target),
         reference_turns=[
             [ref_call("list_events", date=date)],
             [ref_call("delete_event", event_id=target.id)],
